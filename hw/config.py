@@ -1,0 +1,80 @@
+"""Build parameters of the device, validated once and shared by RTL, golden model and benches.
+
+Pure Python (no Amaranth import): the golden model reads the memory map and limits from here.
+"""
+from dataclasses import dataclass, asdict, replace
+import json
+
+LINE_BYTES = 64
+ELEM_BYTES = 4
+ELEMS_PER_LINE = LINE_BYTES // ELEM_BYTES
+SUPPORTED_DIMS = (16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    """One hardware configuration.
+
+    Regions are half-open byte ranges ``[base, base + size)`` of device physical address space.
+    ``max_reads``/``max_writes`` are the outstanding-request limits of the media (AXI4) port; the
+    gather engine keeps up to ``max_reads`` row reads in flight (Little's law: size it at least
+    at the PMEM read latency in cycles for one line per cycle).
+    """
+    addr_bits: int = 40
+    media_data_bits: int = 512
+    max_reads: int = 256
+    max_writes: int = 64
+    axi_id_bits: int = 4
+    frac_bits: int = 24
+    acc_bits: int = 48
+    table_base: int = 0x00_0000_0000
+    table_size: int = 1 << 34
+    staging_base: int = 0x10_0000_0000
+    staging_size: int = 1 << 30
+
+    def __post_init__(self):
+        def need(cond, msg):
+            if not cond:
+                raise ValueError(f"DeviceConfig: {msg}")
+        need(isinstance(self.addr_bits, int) and 16 <= self.addr_bits <= 52,
+             f"addr_bits must be 16..52, got {self.addr_bits!r}")
+        need(self.media_data_bits in (64, 128, 256, 512),
+             f"media_data_bits must be 64, 128, 256 or 512, got {self.media_data_bits!r}")
+        for name in ("max_reads", "max_writes"):
+            v = getattr(self, name)
+            need(isinstance(v, int) and v >= 2 and (v & (v - 1)) == 0 and v <= 4096,
+                 f"{name} must be a power of two in 2..4096, got {v!r}")
+        need(1 <= self.axi_id_bits <= 16, f"axi_id_bits must be 1..16, got {self.axi_id_bits!r}")
+        need(0 <= self.frac_bits <= 30, f"frac_bits must be 0..30, got {self.frac_bits!r}")
+        need(33 <= self.acc_bits <= 64, f"acc_bits must be 33..64, got {self.acc_bits!r}")
+        for r in ("table", "staging"):
+            base, size = getattr(self, r + "_base"), getattr(self, r + "_size")
+            need(base % LINE_BYTES == 0 and size % LINE_BYTES == 0 and size > 0,
+                 f"{r} region must be line aligned and non-empty, got base={base:#x} size={size:#x}")
+            need(base + size <= (1 << self.addr_bits),
+                 f"{r} region [{base:#x}, {base + size:#x}) exceeds addr_bits={self.addr_bits}")
+        t0, t1 = self.table_base, self.table_base + self.table_size
+        s0, s1 = self.staging_base, self.staging_base + self.staging_size
+        need(t1 <= s0 or s1 <= t0, "table and staging regions overlap")
+
+    @property
+    def max_bag(self) -> int:
+        """Longest bag the pooling accumulator sums exactly (longer bags are an error)."""
+        return 1 << (self.acc_bits - 32)
+
+    @property
+    def beats_per_line(self) -> int:
+        return 512 // self.media_data_bits
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "DeviceConfig":
+        return cls(**json.loads(text))
+
+    def with_(self, **kw) -> "DeviceConfig":
+        return replace(self, **kw)
+
+
+DEFAULT = DeviceConfig()

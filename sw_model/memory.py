@@ -1,0 +1,165 @@
+"""Sparse byte-addressable device memory image, stored per 64 B line.
+
+``read(address, length)`` / ``write(address, data)`` have the signatures of cocotbext-axi's
+``SparseMemory`` so the two are interchangeable. Bytes never written read as ``fill``.
+"""
+import numpy as np
+
+LINE = 64
+_MASK = ~(LINE - 1)
+
+
+def _hexline(addr: int, chunk: bytes) -> str:
+    hx = " ".join(f"{b:02x}" for b in chunk)
+    asc = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+    return f"{addr:010x}: {hx:<47}  |{asc}|"
+
+
+def _int_array(arr, dtype, lo: int, hi: int, what: str) -> np.ndarray:
+    a = np.asarray(arr)
+    if a.dtype == dtype:
+        return a
+    if a.size and a.dtype.kind not in "iub":
+        raise TypeError(f"{what}: integer array expected, got {a.dtype}")
+    if a.size and (int(a.min()) < lo or int(a.max()) > hi):
+        raise ValueError(f"{what}: values outside [{lo}, {hi}]")
+    return a.astype(dtype)
+
+
+class MemoryImage:
+    """Sparse memory of ``size`` bytes (addresses ``[0, size)``), unwritten bytes read as ``fill``.
+
+    A line counts as written (``lines()``) once any byte of it has been written.
+    """
+
+    def __init__(self, size: int = 1 << 52, fill: int = 0):
+        if not 0 <= fill <= 255:
+            raise ValueError(f"fill must be a byte value, got {fill}")
+        self.size = size
+        self.fill = fill
+        self._fill_line = bytes([fill]) * LINE
+        self._lines: dict[int, bytearray] = {}
+
+    def _check(self, address: int, length: int):
+        if length < 0:
+            raise ValueError(f"invalid length {length}")
+        if address < 0 or address + length > self.size:
+            raise ValueError(f"access [{address:#x}, +{length:#x}) outside memory of size {self.size:#x}")
+
+    def __len__(self):
+        return self.size
+
+    # --- SparseMemory-compatible interface -------------------------------------------------------
+    def read(self, address: int, length: int, **kwargs) -> bytes:
+        """``length`` bytes from ``address``."""
+        address, length = int(address), int(length)
+        self._check(address, length)
+        if length == 0:
+            return b""
+        first = address & _MASK
+        get, fl = self._lines.get, self._fill_line
+        buf = b"".join([get(a, fl) for a in range(first, address + length, LINE)])
+        off = address - first
+        return buf[off:off + length]
+
+    def write(self, address: int, data, **kwargs):
+        """Store the bytes of ``data`` (bytes-like or list of byte values) at ``address``."""
+        address = int(address)
+        if not isinstance(data, (bytes, bytearray)):
+            data = bytes(data)
+        n = len(data)
+        self._check(address, n)
+        lines, a, i = self._lines, address, 0
+        while i < n:
+            la = a & _MASK
+            o = a - la
+            k = min(LINE - o, n - i)
+            if k == LINE:                       # bulk of whole lines
+                k = (n - i) & _MASK
+                mv = memoryview(data)
+                lines.update(zip(range(a, a + k, LINE),
+                                 [bytearray(mv[j:j + LINE]) for j in range(i, i + k, LINE)]))
+            else:
+                line = lines.get(la)
+                if line is None:
+                    line = lines[la] = bytearray(self._fill_line)
+                line[o:o + k] = data[i:i + k]
+            a += k
+            i += k
+
+    # --- typed helpers ----------------------------------------------------------------------------
+    def write_i32(self, address: int, arr):
+        """Write int32 values (little-endian); values outside int32 raise ValueError."""
+        a = _int_array(arr, np.int32, -(1 << 31), (1 << 31) - 1, "write_i32")
+        self.write(address, a.astype("<i4", copy=False).tobytes())
+
+    def write_u32(self, address: int, arr):
+        """Write u32 values (little-endian); values outside [0, 2^32) raise ValueError."""
+        a = _int_array(arr, np.uint32, 0, (1 << 32) - 1, "write_u32")
+        self.write(address, a.astype("<u4", copy=False).tobytes())
+
+    def read_i32(self, address: int, n: int) -> np.ndarray:
+        return np.frombuffer(self.read(address, 4 * n), dtype="<i4").astype(np.int32)
+
+    def read_u32(self, address: int, n: int) -> np.ndarray:
+        return np.frombuffer(self.read(address, 4 * n), dtype="<u4").astype(np.uint32)
+
+    def gather_lines(self, line_addrs) -> bytes:
+        """Concatenated contents of the 64 B lines at ``line_addrs`` (each 64 B aligned)."""
+        addrs = np.asarray(line_addrs, dtype=np.int64).ravel()
+        if addrs.size and (np.any(addrs & (LINE - 1)) or addrs.min() < 0 or addrs.max() + LINE > self.size):
+            raise ValueError("gather_lines: unaligned or out-of-range line address")
+        get, fl = self._lines.get, self._fill_line
+        return b"".join([get(a, fl) for a in addrs.tolist()])
+
+    # --- inspection ---------------------------------------------------------------------------------
+    def lines(self) -> list[int]:
+        """Sorted addresses of the lines written so far."""
+        return sorted(self._lines)
+
+    def copy(self) -> "MemoryImage":
+        m = MemoryImage(self.size, self.fill)
+        m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        return m
+
+    def diff(self, other: "MemoryImage", limit: int = 10) -> list[tuple[int, str]]:
+        """Up to ``limit`` differing lines (by content, unwritten = fill), in address order.
+
+        Each entry is ``(address of the first differing byte, description)`` where the
+        description hexdumps the line in both images and marks the differing bytes with ``^^``.
+        """
+        out = []
+        for la in sorted(self._lines.keys() | other._lines.keys()):
+            x = bytes(self._lines.get(la, self._fill_line))
+            y = bytes(other._lines.get(la, other._fill_line))
+            if x == y:
+                continue
+            bad = [i for i in range(LINE) if x[i] != y[i]]
+            desc = [f"line {la:#x}: {len(bad)} byte(s) differ"]
+            for o in range(0, LINE, 16):
+                if any(o <= i < o + 16 for i in bad):
+                    desc.append("  self  " + _hexline(la + o, x[o:o + 16]))
+                    desc.append("  other " + _hexline(la + o, y[o:o + 16]))
+                    marks = "".join("^^ " if x[i] != y[i] else "   " for i in range(o, o + 16))
+                    desc.append("  " + " " * 18 + marks.rstrip())
+            out.append((la + bad[0], "\n".join(desc)))
+            if len(out) >= limit:
+                break
+        return out
+
+    def __eq__(self, other):
+        if not isinstance(other, MemoryImage):
+            return NotImplemented
+        return not self.diff(other, limit=1)
+
+    __hash__ = None
+
+    def hexdump(self, address: int, length: int) -> str:
+        """Hexdump of ``[address, address + length)`` as a string, 16 bytes per line."""
+        data = self.read(address, length)
+        return "\n".join(_hexline(address + o, data[o:o + 16]) for o in range(0, len(data), 16))
+
+    hexdump_str = hexdump
+
+    def __repr__(self):
+        return f"MemoryImage(size={self.size:#x}, fill={self.fill:#04x}, lines={len(self._lines)})"

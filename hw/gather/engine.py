@@ -1,0 +1,209 @@
+"""GatherReduce: the LOOKUP engine (gather rows, sum-pool each bag, write pooled rows).
+
+Ports: ``cmd`` (in, one LOOKUP command, layout ``cmd_layout``), ``cpl`` (out, one completion per
+command, layout ``cpl_layout``), ``mem`` (device request port; ids 0 rows and output writes,
+1 offsets, 2 indices). Semantics, checks and error reporting: docs/lookup.md. One command at a
+time; ``cmd`` is accepted only when the previous completion has been taken.
+
+Pipeline: offsets reader -> walker (checks offsets, opens the index range) -> sequencer (checks
+indices, row items) -> row issuer (line reads, tags into the in-flight FIFO of ``max_reads``
+entries) -> pool (exact sums, saturate, out FIFO) -> line writes. The engine completes only when
+every read it issued has returned and every write it issued is acknowledged (persistent), so
+nothing of a command is in flight after its completion, even after an error.
+"""
+from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..config import DeviceConfig
+from ..encodings import LookupError_
+from ..port_mux import RequestPortMux
+from ..reqport import DeviceRequestSignature
+from ..word_reader import WordReader
+from .issuer import RowIssuer
+from .layouts import bag_layout, cmd_layout, cpl_layout, tag_layout
+from .pool import PoolAccumulator, out_layout
+from .sequencer import BagSequencer
+from .walker import OffsetsWalker
+
+__all__ = ["GatherReduce"]
+
+ID_ROWS, ID_OFFSETS, ID_INDICES = 0, 1, 2
+
+
+class GatherReduce(wiring.Component):
+    def __init__(self, cfg: DeviceConfig):
+        if not isinstance(cfg, DeviceConfig):
+            raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
+        self._cfg = cfg
+        ab = cfg.addr_bits
+        super().__init__({
+            "cmd": In(stream.Signature(cmd_layout(ab))),
+            "cpl": Out(stream.Signature(cpl_layout(ab))),
+            "mem": Out(DeviceRequestSignature(ab)),
+            "busy": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self._cfg
+        ab = cfg.addr_bits
+        t_base, t_end = cfg.table_base, cfg.table_base + cfg.table_size
+        s_base, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        reader_depth = max(4, cfg.max_reads // 8)
+        clear = Signal()    # resets the per-command control blocks when a command is accepted
+
+        # ---- blocks ------------------------------------------------------------------------
+        m.submodules.mux = mux = RequestPortMux(ab, [(ID_OFFSETS,), (ID_INDICES,), (ID_ROWS,)])
+        m.submodules.off_rd = off_rd = WordReader(ab, rd_id=ID_OFFSETS, depth=reader_depth)
+        m.submodules.idx_rd = idx_rd = WordReader(ab, rd_id=ID_INDICES, depth=reader_depth)
+        m.submodules.walker = walker = ResetInserter(clear)(
+            OffsetsWalker(ab, staging_end=s_end, max_bag=cfg.max_bag))
+        m.submodules.bag_q = bag_q = ResetInserter(clear)(
+            fifo.SyncFIFOBuffered(width=bag_layout.size, depth=16))
+        m.submodules.seq = seq = ResetInserter(clear)(BagSequencer())
+        m.submodules.issuer = issuer = ResetInserter(clear)(RowIssuer(ab, rd_id=ID_ROWS))
+        m.submodules.tag_q = tag_q = fifo.SyncFIFOBuffered(width=tag_layout.size,
+                                                            depth=cfg.max_reads)
+        m.submodules.pool = pool = PoolAccumulator(ab, acc_bits=cfg.acc_bits)
+        m.submodules.out_q = out_q = fifo.SyncFIFOBuffered(width=out_layout(ab).size, depth=4)
+
+        # ---- memory port: readers and the row/write path share it through the mux ----------
+        wiring.connect(m, wiring.flipped(self.mem), mux.mem)
+        wiring.connect(m, off_rd.mem, mux.req_0)
+        wiring.connect(m, idx_rd.mem, mux.req_1)
+        rows_port = mux.req_2
+        wiring.connect(m, issuer.rd_req, rows_port.rd_req)
+        wiring.connect(m, rows_port.rd_resp, pool.resp)
+        out_payload = out_layout(ab)(out_q.r_data)
+        m.d.comb += [
+            rows_port.wr_req.valid.eq(out_q.r_rdy),
+            rows_port.wr_req.payload.id.eq(ID_ROWS),
+            rows_port.wr_req.payload.addr.eq(out_payload.addr),
+            rows_port.wr_req.payload.data.eq(out_payload.data),
+            rows_port.wr_req.payload.be.eq(-1),
+            out_q.r_en.eq(rows_port.wr_req.ready),
+            rows_port.wr_resp.ready.eq(1),
+        ]
+
+        # ---- data path: offsets -> walker -> bags -> sequencer -> issuer -> tags -> pool ----
+        wiring.connect(m, off_rd.words, walker.offsets)
+        wiring.connect(m, walker.bags, bag_q.w_stream)
+        wiring.connect(m, bag_q.r_stream, seq.bags)
+        wiring.connect(m, idx_rd.words, seq.indices)
+        wiring.connect(m, seq.items, issuer.items)
+        wiring.connect(m, issuer.tags, tag_q.w_stream)
+        wiring.connect(m, tag_q.r_stream, pool.tags)
+        wiring.connect(m, pool.out, out_q.w_stream)
+        m.d.comb += [
+            idx_rd.start.eq(walker.idx_start),
+            idx_rd.start_addr.eq(walker.idx_start_addr),
+            idx_rd.limit.eq(walker.idx_limit),
+        ]
+
+        # ---- command registers -------------------------------------------------------------
+        c = Signal(cmd_layout(ab))
+        dim_log = Signal(2)
+        m.d.comb += [
+            walker.n_bags.eq(c.n_bags), walker.indices_addr.eq(c.indices_addr),
+            seq.table_rows.eq(c.table_rows), seq.n_bags.eq(c.n_bags),
+            issuer.dim_log.eq(dim_log), issuer.table_line.eq(c.table_base >> 6),
+            pool.out_line.eq(c.out_addr >> 6),
+            off_rd.start_addr.eq(c.offsets_addr),
+            off_rd.limit.eq(c.offsets_addr + ((c.n_bags + 1) << 2)),
+        ]
+
+        # ---- command-level checks (docs/lookup.md 1-3), evaluated in CHECK -----------------
+        chk_err = Signal(4)
+        chk_val = Signal(64)
+        dim_ok = Signal()
+        dl = Signal(2)
+        with m.Switch(c.dim):
+            for i, d in enumerate((16, 32, 64, 128)):
+                with m.Case(d):
+                    m.d.comb += [dim_ok.eq(1), dl.eq(i)]
+        def below(x, base):    # x < base, without a constant-false compare (Verilator lint)
+            return (x < base) if base else 0
+        row_shift = dl + 6
+        table_end = c.table_base + (c.table_rows << row_shift)
+        off_end = c.offsets_addr + ((c.n_bags + 1) << 2)
+        out_end = c.out_addr + (c.n_bags << row_shift)
+        checks = [
+            (~dim_ok, LookupError_.BAD_DIM, c.dim),
+            (c.table_base[:6] != 0, LookupError_.ALIGN, c.table_base),
+            (c.out_addr[:6] != 0, LookupError_.ALIGN, c.out_addr),
+            (c.offsets_addr[:2] != 0, LookupError_.ALIGN, c.offsets_addr),
+            (c.indices_addr[:2] != 0, LookupError_.ALIGN, c.indices_addr),
+            (below(c.table_base, t_base) | (table_end > t_end), LookupError_.ADDR_RANGE, c.table_base),
+            (below(c.offsets_addr, s_base) | (off_end > s_end), LookupError_.ADDR_RANGE,
+             c.offsets_addr),
+            (below(c.out_addr, s_base) | (out_end > s_end), LookupError_.ADDR_RANGE, c.out_addr),
+            (below(c.indices_addr, s_base) | (c.indices_addr > s_end), LookupError_.ADDR_RANGE,
+             c.indices_addr),
+        ]
+        for i, (cond, code, value) in enumerate(checks):
+            stmt = m.If if i == 0 else m.Elif
+            with stmt(cond):
+                m.d.comb += [chk_err.eq(code), chk_val.eq(value)]
+
+        # ---- control -----------------------------------------------------------------------
+        err_code = Signal(4)
+        err_value = Signal(64)
+        err_bag = Signal(32)
+        cycles = Signal(32)
+        wr_pending = Signal(range(cfg.max_writes + 8))
+        wr_err = Signal()
+        wr_issued = rows_port.wr_req.valid & rows_port.wr_req.ready
+        wr_done = rows_port.wr_resp.valid
+        m.d.sync += wr_pending.eq(wr_pending + wr_issued - wr_done)
+        with m.If(wr_done & rows_port.wr_resp.payload.err):
+            m.d.sync += wr_err.eq(1)
+
+        drained = (off_rd.idle & idx_rd.idle & ~seq.items.valid & (tag_q.level == 0) &
+                   (out_q.level == 0) & (wr_pending == 0))
+        media_err = pool.media_err | off_rd.media_err | idx_rd.media_err | wr_err
+        cpl = self.cpl.payload
+        m.d.comb += [
+            cpl.tag.eq(c.tag), cpl.err_code.eq(err_code), cpl.err_bag.eq(err_bag),
+            cpl.err_value.eq(err_value), cpl.rows.eq(seq.rows), cpl.sat.eq(pool.sat),
+            cpl.out_lines.eq(pool.lines), cpl.cycles.eq(cycles),
+        ]
+
+        with m.FSM(name="ctrl"):
+            with m.State("IDLE"):
+                m.d.comb += self.cmd.ready.eq(1)
+                with m.If(self.cmd.valid):
+                    m.d.comb += clear.eq(1)
+                    m.d.sync += [c.eq(self.cmd.payload), cycles.eq(1), err_code.eq(0),
+                                 err_value.eq(0), err_bag.eq(0), wr_err.eq(0)]
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.comb += [self.busy.eq(1), pool.start.eq(1)]
+                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1)]
+                with m.If(chk_err != 0):
+                    m.d.sync += [err_code.eq(chk_err), err_value.eq(chk_val)]
+                    m.next = "CPL"
+                with m.Else():
+                    m.d.comb += [off_rd.start.eq(1), walker.start.eq(1)]
+                    m.next = "RUN"
+            with m.State("RUN"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += cycles.eq(cycles + 1)
+                with m.If(seq.err | seq.done):
+                    m.d.comb += [off_rd.flush.eq(1), idx_rd.flush.eq(1)]
+                    with m.If(seq.err):
+                        m.d.sync += [err_code.eq(seq.err_code), err_value.eq(seq.err_value),
+                                     err_bag.eq(seq.bag)]
+                    m.next = "DRAIN"
+            with m.State("DRAIN"):
+                m.d.comb += self.busy.eq(1)
+                m.d.sync += cycles.eq(cycles + 1)
+                with m.If(drained):
+                    with m.If((err_code == 0) & media_err):
+                        m.d.sync += err_code.eq(LookupError_.MEDIA)
+                    m.next = "CPL"
+            with m.State("CPL"):
+                m.d.comb += [self.busy.eq(1), self.cpl.valid.eq(1)]
+                with m.If(self.cpl.ready):
+                    m.next = "IDLE"
+        return m

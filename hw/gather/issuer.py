@@ -1,0 +1,56 @@
+"""Row issuer: one line read per cycle for each line of each row item.
+
+For a row item it issues ``2**dim_log`` reads (id ``rd_id``) at line addresses
+``table_line + (index << dim_log) + k`` and writes one tag per read into the in-flight FIFO
+(``tags``); for an empty-bag item it writes the same number of ``empty`` tags without reads. A
+read is issued only when the tag FIFO has room, so the FIFO depth bounds the row reads in flight.
+``busy`` is high while an item is being issued. Reset between commands.
+"""
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..reqport import rd_req_layout, RD_CUR
+from .layouts import item_layout, tag_layout
+
+__all__ = ["RowIssuer"]
+
+
+class RowIssuer(wiring.Component):
+    def __init__(self, addr_bits, *, rd_id=0):
+        self._rd_id = rd_id
+        super().__init__({
+            "items": In(stream.Signature(item_layout)),
+            "rd_req": Out(stream.Signature(rd_req_layout(addr_bits))),
+            "tags": Out(stream.Signature(tag_layout)),
+            "dim_log": In(2),
+            "table_line": In(addr_bits - 6),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        k = Signal(3)
+        it = self.items.payload
+        last_line = k == (1 << self.dim_log) - 1
+        tag = self.tags.payload
+        m.d.comb += [
+            self.rd_req.payload.id.eq(self._rd_id),
+            self.rd_req.payload.op.eq(RD_CUR),
+            self.rd_req.payload.addr.eq(self.table_line + (it.index << self.dim_log) + k),
+            self.rd_req.valid.eq(self.items.valid & ~it.empty & self.tags.ready),
+            tag.k.eq(k), tag.first.eq(it.first), tag.last.eq(it.last), tag.empty.eq(it.empty),
+        ]
+        step = Signal()
+        with m.If(it.empty):
+            m.d.comb += [self.tags.valid.eq(self.items.valid), step.eq(self.items.valid &
+                                                                      self.tags.ready)]
+        with m.Else():
+            m.d.comb += [self.tags.valid.eq(self.rd_req.valid & self.rd_req.ready),
+                         step.eq(self.rd_req.valid & self.rd_req.ready)]
+        with m.If(step):
+            with m.If(last_line):
+                m.d.sync += k.eq(0)
+                m.d.comb += self.items.ready.eq(1)
+            with m.Else():
+                m.d.sync += k.eq(k + 1)
+        return m

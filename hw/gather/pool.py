@@ -1,0 +1,85 @@
+"""Pooling accumulator: sums the lines of each bag exactly and emits saturated output lines.
+
+Consumes tags (from the in-flight FIFO, in issue order) and row responses (same order). For a
+tag of line ``k``: ``first`` starts a new sum, otherwise the line is added to accumulator ``k``
+(16 lanes of ``acc_bits`` signed bits, exact); on ``last`` the lane sums are saturated to int32
+and the output line is emitted on ``out`` at the next output line address (``out_line`` after
+``start``), one per cycle. An ``empty`` tag emits a zero line without a response. ``sat``
+counts saturated lanes, ``lines`` the output lines emitted, ``media_err`` is set by a response
+with ``err``. Throughput: one line per cycle; no added latency (combinational to ``out``).
+"""
+from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..reqport import rd_resp_layout
+from .layouts import tag_layout
+
+__all__ = ["PoolAccumulator", "out_layout"]
+
+LANES = 16
+
+
+def out_layout(addr_bits):
+    return data.StructLayout({"addr": addr_bits - 6, "data": LANES * 32})
+
+
+class PoolAccumulator(wiring.Component):
+    def __init__(self, addr_bits, *, acc_bits):
+        self._acc_bits = acc_bits
+        super().__init__({
+            "tags": In(stream.Signature(tag_layout)),
+            "resp": In(stream.Signature(rd_resp_layout())),
+            "out": Out(stream.Signature(out_layout(addr_bits))),
+            "start": In(1),
+            "out_line": In(addr_bits - 6),
+            "sat": Out(32),
+            "lines": Out(32),
+            "media_err": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        ab = self._acc_bits
+        acc = Array(Signal(LANES * ab, name=f"acc{i}") for i in range(8))
+        tag = self.tags.payload
+        cur = acc[tag.k]
+        sums, outs, sats = [], [], []
+        for i in range(LANES):
+            x = self.resp.payload.data[i * 32:(i + 1) * 32].as_signed()
+            a = cur[i * ab:(i + 1) * ab].as_signed()
+            s = Signal(signed(ab), name=f"sum{i}")
+            hi, lo = s > 0x7FFF_FFFF, s < -0x8000_0000
+            m.d.comb += s.eq(Mux(tag.first, 0, a) + x)
+            sums.append(s)
+            outs.append(Mux(hi, 0x7FFF_FFFF, Mux(lo, 0x8000_0000, s[:32])))
+            sats.append(hi | lo)
+        n_sat = sum(sats)
+
+        ptr = Signal.like(self.out_line)
+        m.d.comb += self.out.payload.addr.eq(ptr)
+        with m.If(tag.empty):
+            m.d.comb += [self.out.valid.eq(self.tags.valid), self.out.payload.data.eq(0),
+                         self.tags.ready.eq(self.out.ready)]
+        with m.Else():
+            m.d.comb += [self.out.valid.eq(self.tags.valid & tag.last & self.resp.valid),
+                         self.out.payload.data.eq(Cat(*outs))]
+            consume = self.tags.valid & self.resp.valid & (~tag.last | self.out.ready)
+            m.d.comb += [self.tags.ready.eq(consume), self.resp.ready.eq(consume)]
+            with m.If(consume):
+                with m.If(~tag.last):
+                    with m.Switch(tag.k):
+                        for i in range(8):
+                            with m.Case(i):
+                                m.d.sync += acc[i].eq(Cat(*sums))
+                with m.If(self.resp.payload.err):
+                    m.d.sync += self.media_err.eq(1)
+        emitted = self.out.valid & self.out.ready
+        with m.If(emitted):
+            m.d.sync += [ptr.eq(ptr + 1), self.lines.eq(self.lines + 1)]
+            with m.If(~tag.empty):
+                m.d.sync += self.sat.eq(self.sat + n_sat)
+        with m.If(self.start):
+            m.d.sync += [ptr.eq(self.out_line), self.lines.eq(0), self.sat.eq(0),
+                         self.media_err.eq(0)]
+        return m

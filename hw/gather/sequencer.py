@@ -1,0 +1,80 @@
+"""Bag sequencer: turns bag lengths and the index list into row items, checking each index.
+
+For each bag entry from ``bags`` it emits one ``items`` entry per index (``first``/``last`` mark
+the bag's ends) or, for an empty bag, a single item with ``empty`` set. Transitions between bags
+cost no cycle when the next entry is ready (one item per cycle at any pooling factor; an empty
+bag takes one cycle). The first failure, either an error marker from the walker or an index >=
+``table_rows`` (INDEX_RANGE), stops it and is held on ``err_*`` with the bag number ``bag``.
+``done`` rises when all ``n_bags`` bags were emitted. ``rows`` counts rows of bags whose last
+item was emitted. Reset between commands.
+"""
+from amaranth.hdl import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..encodings import LookupError_
+from .layouts import bag_layout, item_layout, LEN_BITS
+
+__all__ = ["BagSequencer"]
+
+
+class BagSequencer(wiring.Component):
+    bags: In(stream.Signature(bag_layout))
+    indices: In(stream.Signature(32))
+    items: Out(stream.Signature(item_layout))
+    table_rows: In(32)
+    n_bags: In(32)
+    done: Out(1)
+    err: Out(1)
+    err_code: Out(4)
+    err_value: Out(64)
+    bag: Out(32)
+    rows: Out(32)
+
+    def elaborate(self, platform):
+        m = Module()
+        rem = Signal(LEN_BITS)
+        cur_len = Signal(LEN_BITS)
+        first = Signal()
+        have = rem != 0
+        idx = self.indices.payload
+        entry = self.bags.payload
+        item = self.items.payload
+        next_ok = self.bags.valid & ~entry.err & (entry.len != 0)
+
+        with m.If(have):
+            m.d.comb += [
+                self.items.valid.eq(self.indices.valid & (idx < self.table_rows) & ~self.err),
+                item.index.eq(idx), item.first.eq(first), item.last.eq(rem == 1),
+                self.indices.ready.eq(self.items.ready & self.items.valid),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.items.valid.eq(self.bags.valid & ~entry.err & (entry.len == 0) & ~self.err
+                                    & (self.bag != self.n_bags)),
+                item.first.eq(1), item.last.eq(1), item.empty.eq(1),
+            ]
+        fire = self.items.valid & self.items.ready
+
+        with m.If(fire & have):
+            m.d.sync += [first.eq(0), rem.eq(rem - 1)]
+            with m.If(rem == 1):
+                m.d.sync += [self.bag.eq(self.bag + 1), self.rows.eq(self.rows + cur_len)]
+                with m.If(next_ok):      # zero-bubble switch to the next bag
+                    m.d.comb += self.bags.ready.eq(1)
+                    m.d.sync += [rem.eq(entry.len), cur_len.eq(entry.len), first.eq(1)]
+        with m.Elif(fire):               # empty bag
+            m.d.comb += self.bags.ready.eq(1)
+            m.d.sync += self.bag.eq(self.bag + 1)
+        with m.Elif(~have & self.bags.valid & ~self.err & (self.bag != self.n_bags)):
+            with m.If(entry.err):
+                m.d.sync += [self.err.eq(1), self.err_code.eq(entry.code),
+                             self.err_value.eq(entry.value)]
+            with m.Elif(entry.len != 0):
+                m.d.comb += self.bags.ready.eq(1)
+                m.d.sync += [rem.eq(entry.len), cur_len.eq(entry.len), first.eq(1)]
+        with m.If(have & self.indices.valid & (idx >= self.table_rows) & ~self.err):
+            m.d.sync += [self.err.eq(1), self.err_code.eq(LookupError_.INDEX_RANGE),
+                         self.err_value.eq(idx)]
+        m.d.comb += self.done.eq(~have & (self.bag == self.n_bags))
+        return m

@@ -1,0 +1,73 @@
+"""Shares one device request port among several requesters.
+
+Each requester ``i`` owns the ids in ``ids[i]`` (disjoint); read and write responses are routed
+back by id. Requests are arbitrated with fixed priority (requester 0 highest) per channel; a grant
+is held while the granted request waits for ``ready``, so the merged stream keeps the stream
+rules (payload stable while valid). No added latency: arbitration and routing are combinational.
+A response whose id belongs to no requester is accepted and dropped (it cannot happen with a
+conforming responder; ``stray`` pulses for an in-RTL assertion or a counter).
+"""
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .reqport import DeviceRequestSignature
+
+__all__ = ["RequestPortMux"]
+
+
+class RequestPortMux(wiring.Component):
+    """Ports: ``req_<i>`` (responder side, one per requester) and ``mem`` (requester side)."""
+
+    def __init__(self, addr_bits, ids):
+        ids = [tuple(x) for x in ids]
+        flat = [i for x in ids for i in x]
+        if len(set(flat)) != len(flat):
+            raise ValueError(f"requester id sets overlap: {ids!r}")
+        if not ids:
+            raise ValueError("need at least one requester")
+        self._ids = ids
+        members = {f"req_{i}": In(DeviceRequestSignature(addr_bits)) for i in range(len(ids))}
+        members["mem"] = Out(DeviceRequestSignature(addr_bits))
+        members["stray"] = Out(1)
+        super().__init__(members)
+
+    def _arbitrate(self, m, name, srcs, dst):
+        n = len(srcs)
+        held = Signal(range(n), name=f"{name}_held")
+        hold = Signal(name=f"{name}_hold")
+        grant = Signal(range(n), name=f"{name}_grant")
+        with m.If(hold):
+            m.d.comb += grant.eq(held)
+        with m.Else():
+            for i in reversed(range(n)):
+                with m.If(srcs[i].valid):
+                    m.d.comb += grant.eq(i)
+        m.d.sync += [hold.eq(dst.valid & ~dst.ready), held.eq(grant)]
+        with m.Switch(grant):
+            for i in range(n):
+                with m.Case(i):
+                    m.d.comb += [dst.valid.eq(srcs[i].valid), dst.payload.eq(srcs[i].payload),
+                                 srcs[i].ready.eq(dst.ready)]
+
+    def _route(self, m, src, dsts):
+        hit = 0
+        for ids, dst in zip(self._ids, dsts):
+            mine = 0
+            for i in ids:
+                mine = mine | (src.payload.id == i)
+            hit = hit | mine
+            m.d.comb += [dst.payload.eq(src.payload), dst.valid.eq(src.valid & mine)]
+            with m.If(mine):
+                m.d.comb += src.ready.eq(dst.ready)
+        with m.If(~hit):
+            m.d.comb += [src.ready.eq(1), self.stray.eq(src.valid)]
+
+    def elaborate(self, platform):
+        m = Module()
+        reqs = [getattr(self, f"req_{i}") for i in range(len(self._ids))]
+        self._arbitrate(m, "rd", [r.rd_req for r in reqs], self.mem.rd_req)
+        self._arbitrate(m, "wr", [r.wr_req for r in reqs], self.mem.wr_req)
+        self._route(m, self.mem.rd_resp, [r.rd_resp for r in reqs])
+        self._route(m, self.mem.wr_resp, [r.wr_resp for r in reqs])
+        return m

@@ -78,3 +78,17 @@ class DeviceConfig:
 
 
 DEFAULT = DeviceConfig()
+
+
+# Named configurations used by generation, tests and benches (FPGA ones come with the synth flow).
+CONFIGS = {
+    "default": DEFAULT,
+}
+
+
+def named(name: str) -> DeviceConfig:
+    try:
+        return CONFIGS[name]
+    except KeyError:
+        raise ValueError(f"unknown configuration {name!r}; known: {', '.join(sorted(CONFIGS))}") \
+            from None

@@ -34,7 +34,7 @@ def generate(cfg, out_dir: pathlib.Path, emit_src=True):
     vpath = out_dir / f"{TOP_NAME}.v"
     vpath.write_text(text)
     mpath = out_dir / f"{TOP_NAME}.ports.json"
-    mpath.write_text(json.dumps(ports_manifest(TrainingCXLDevice(cfg), cfg), indent=1) + "\n")
+    mpath.write_text(json.dumps(ports_manifest(top, cfg), indent=1) + "\n")
     return vpath, mpath
 
 

@@ -386,3 +386,9 @@ def test_random_cross_check_against_naive_reference():
         seen.add(E(got.err_code))
         seen |= {"sat"} if got.sat else set()
     assert seen >= set(E) - {E.MEDIA} | {"sat"}, seen
+
+
+def test_completion_mismatches_ignore_cycles():
+    a = LookupCompletion(tag=1, err_code=E.OK, rows=3, cycles=10)
+    assert a.mismatches(dataclasses.replace(a, cycles=99)) == []
+    assert a.mismatches(dataclasses.replace(a, rows=4, sat=1)) == ["rows: 3 != 4", "sat: 0 != 1"]

@@ -1,0 +1,37 @@
+"""Shared pytest options: ``--seed`` (or ``TCXL_SEED``) and ``--waves`` (sets ``WAVES=1``)."""
+import os
+
+import pytest
+
+DEFAULT_SEED = 1
+
+
+def pytest_addoption(parser):
+    parser.addoption("--seed", type=int, default=None,
+                     help=f"random seed for randomized tests (default: $TCXL_SEED or {DEFAULT_SEED})")
+    parser.addoption("--waves", action="store_true",
+                     help="build simulators with tracing and write dump.vcd (same as WAVES=1)")
+
+
+def _seed(config) -> int:
+    if config.getoption("--seed") is not None:
+        return config.getoption("--seed")
+    return int(os.environ.get("TCXL_SEED", DEFAULT_SEED))
+
+
+def pytest_configure(config):
+    if config.getoption("--waves"):
+        os.environ["WAVES"] = "1"
+
+
+def pytest_report_header(config):
+    waves = " waves=on" if os.environ.get("WAVES") == "1" else ""
+    return f"trainingcxl: seed={_seed(config)} (--seed N or TCXL_SEED=N to change){waves}"
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """The run's seed; printed so a failing test's report shows how to reproduce it."""
+    s = _seed(request.config)
+    print(f"seed={s} (rerun with --seed {s})")
+    return s

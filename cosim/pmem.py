@@ -1,0 +1,495 @@
+"""PMEM model: an AXI4 slave with fixed read/write latency, built on cocotbext-axi's channels.
+
+Usage (inside a cocotb test)::
+
+    pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100, write_latency=100)
+
+Layering (cocotbext-axi's): channel engines (subclasses of ``AxiARSink``, ``AxiRSource``, ...)
+move beats, apply pause generators and follow reset; this module is the protocol model on top;
+``mem`` is the functional model (anything with ``read(addr, n) -> bytes`` and
+``write(addr, data)``, default ``cocotbext.axi.sparse_memory.SparseMemory``).
+
+For speed there is exactly one coroutine per channel and nothing else: the sinks (AR, AW, W)
+call the protocol model directly on the clock edge of each handshake, and the sources (R, B)
+drive each queued item once its due time has come, sleeping on a single timer across latency
+gaps and writing only the signals whose value changes.
+
+Timing, in cycles of ``clock`` (a handshake "at edge *e*" means valid and ready were both high
+when rising edge *e* sampled them):
+
+* Read: with AR handshake at edge *a*, the first R beat of the burst is driven at edge
+  ``a + read_latency`` (RVALID high from just after that edge), so with RREADY high it
+  handshakes at edge ``a + read_latency + 1``: handshake to handshake is ``read_latency + 1``
+  edges, a constant offset of +1 (measured by ``cosim.tb_infra.test_latency_exact``). Later
+  beats follow one per cycle; bursts return in AR order, one beat per cycle at peak.
+  RID = ARID, RRESP = OKAY. A read returns ``mem`` as it was at its AR handshake.
+* Write: the burst's data is applied to ``mem`` at the later of its AW handshake and its last W
+  handshake (edge *d*); the B response is driven at edge ``d + write_latency`` and, with
+  BREADY high, handshakes at ``d + write_latency + 1`` (same +1 offset). B responses go out
+  in AW order.
+* Stalls (``stall={"ar": p, ...}``) pause a channel engine with probability *p* each cycle
+  (sinks drop ready, sources hold off valid before a new beat), seeded from ``seed``; they only
+  ever add delay to the figures above. Both latencies must be >= 1.
+* Outstanding reads and writes are unlimited; AR, AW and W are accepted every cycle unless
+  stalled.
+
+Persistence (architecture 5.6): a write is *acknowledged* (persistent) at its B handshake. Every
+write from its first AW or W handshake until then is *in flight*: ``writes_in_flight`` counts
+them and ``self.unacked`` holds those whose data is already applied, each with the bytes it
+overwrote (``PendingWrite.old``), so a power-failure model can roll any 8-byte word back.
+Bursts whose AW or last W is still missing sit in ``self._aw_waiting`` / ``self._w_waiting`` /
+``self._w_beats`` (not yet applied to ``mem``).
+"""
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+import cocotb
+import cocotb.simulator
+from cocotb.triggers import Event, RisingEdge, Timer
+from cocotbext.axi import AxiBus
+from cocotbext.axi.axi_channels import AxiARSink, AxiAWSink, AxiBSource, AxiRSource, AxiWSink
+from cocotbext.axi.reset import Reset
+from cocotbext.axi.sparse_memory import SparseMemory
+
+__all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord"]
+
+CHANNELS = ("ar", "r", "aw", "w", "b")
+_BURST_INCR = 0b01
+
+
+def _now() -> int:
+    """Simulation time in steps (cheaper than cocotb.simtime.get_sim_time on hot paths)."""
+    hi, lo = cocotb.simulator.get_sim_time()
+    return hi << 32 | lo
+
+
+class PmemProtocolError(AssertionError):
+    """The master broke an AXI rule the model relies on (burst type, 4 KiB crossing, WLAST)."""
+
+
+class _HookedSinkMixin:
+    """A cocotbext-axi stream sink that hands each transfer to ``on_receive(values, t)`` on the
+    clock edge of its handshake instead of queueing it for another coroutine.
+
+    ``values`` are the ints of ``_fields`` in order, ``t`` the simulation time of the edge.
+    Ready follows the pause generator (the sink never fills up); it is only written when it
+    changes."""
+
+    _fields = ()
+    on_receive = None
+
+    async def _run(self):
+        edge = RisingEdge(self.clock)
+        wake = self.wake_event.wait()
+        valid, ready = self.valid, self.ready
+        handles = [getattr(self.bus, f) for f in self._fields]
+        hook = self.on_receive
+        ready_out = None
+        while True:
+            pause_sample = bool(self.pause)
+            await edge
+            valid_sample = valid.value
+            if valid_sample and ready_out:
+                hook([int(h.value) for h in handles], _now())
+            if ready_out is not (not pause_sample):
+                ready_out = not pause_sample
+                ready.value = ready_out
+            if (not valid_sample or pause_sample) and pause_sample == bool(self.pause):
+                self.wake_event.clear()
+                await wake
+
+
+class _ARSink(_HookedSinkMixin, AxiARSink):
+    _fields = ("arid", "araddr", "arlen", "arsize", "arburst")
+
+
+class _AWSink(_HookedSinkMixin, AxiAWSink):
+    _fields = ("awid", "awaddr", "awlen", "awsize", "awburst")
+
+
+class _WSink(_HookedSinkMixin, AxiWSink):
+    _fields = ("wdata", "wstrb", "wlast")
+
+
+class _TimedSourceMixin:
+    """A cocotbext-axi stream source whose items carry a due time.
+
+    ``push(t, delay, values, tag)``: drive ``values`` (ints for ``_fields``) at the first edge
+    at or after ``t + delay`` clock periods, after every earlier item; ``on_handshake(tag)``
+    runs on the edge where the item was taken. ``period`` must be set before the first due time
+    is evaluated (the model measures it on the first two edges, before any handshake can occur).
+    """
+
+    _fields = ()
+    on_handshake = None
+    period = None
+
+    def _init_timed(self):
+        self.items = deque()
+        self.busy_cycles = 0   # edges with valid high (taken or stalled)
+        self._sleeping = False
+        self._item_event = Event()
+
+    def push(self, t, delay, values, tag):
+        self.items.append((t, delay, values, tag))
+        if self._sleeping:
+            self._item_event.set()
+
+    def count(self):
+        return len(self.items)
+
+    def empty(self):
+        return not self.items
+
+    def clear(self):
+        self.items.clear()
+
+    def idle(self):
+        return not self.items and not self.active
+
+    async def _run(self):
+        edge = RisingEdge(self.clock)
+        valid, ready, items = self.valid, self.ready, self.items
+        handles = [getattr(self.bus, f) for f in self._fields]
+        driven = [None] * len(handles)
+        hook = self.on_handshake
+        valid_out = False
+        current = None
+        while True:
+            await edge
+            if valid_out:
+                self.busy_cycles += 1
+                if not ready.value:
+                    continue
+                hook(current)
+            if items and not self.pause:
+                t, delay, values, tag = items[0]
+                period = self.period
+                wait = t + delay * period - period // 2 - _now()
+                if wait <= 0:  # due: drive it, writing only what changed
+                    items.popleft()
+                    current = tag
+                    for i, v in enumerate(values):
+                        if driven[i] != v:
+                            handles[i].value = v
+                            driven[i] = v
+                    if not valid_out:
+                        valid.value = valid_out = True
+                    self.active = True
+                    continue
+            else:
+                wait = 0
+            if valid_out:
+                valid.value = valid_out = False
+            self.active = bool(items)
+            if wait > 0:      # next item not due: one timer to half a cycle before its edge
+                await Timer(wait, "step")
+            elif not items:   # nothing queued: sleep until push()
+                self._item_event.clear()
+                self._sleeping = True
+                await self._item_event.wait()
+                self._sleeping = False
+
+
+class _RSource(_TimedSourceMixin, AxiRSource):
+    _fields = ("rid", "rdata", "rlast", "rresp")
+
+
+class _BSource(_TimedSourceMixin, AxiBSource):
+    _fields = ("bid", "bresp")
+
+
+@dataclass(slots=True)
+class WriteRecord:
+    """One write burst as logged: cycles of its AW handshake, its data completion (later of AW
+    and last W) and its B handshake (None until acknowledged)."""
+    awid: int
+    addr: int
+    nbytes: int
+    aw_cycle: int
+    data_cycle: int
+    b_cycle: int | None = None
+
+
+@dataclass(slots=True)
+class PendingWrite:
+    """A write applied to ``mem`` but not yet acknowledged: ``segments`` are the
+    ``(addr, bytes)`` written, ``old`` the bytes they replaced (same addresses)."""
+    record: WriteRecord
+    segments: list
+    old: list = field(default_factory=list)
+
+
+class PmemModel(Reset):
+    """AXI4 slave PMEM model on the AXI master port ``<prefix>_<signal>`` of ``dut``.
+
+    ``prefix`` is the cocotbext-axi bus name: ``"m_axi_"`` finds ``m_axi__awaddr`` (Amaranth's
+    ``m_axi`` port, ``__`` separator). ``reset`` is active high. See the module docstring for
+    the exact timing and persistence rules.
+    """
+
+    def __init__(self, dut, *, prefix="m_axi_", clock, reset, read_latency=100,
+                 write_latency=100, seed=0, stall=None, mem=None, log_writes=True):
+        for name, lat in (("read_latency", read_latency), ("write_latency", write_latency)):
+            if not isinstance(lat, int) or lat < 1:
+                raise ValueError(f"{name} must be an int >= 1 cycle, got {lat!r}")
+        stall = dict(stall or {})
+        for ch, p in stall.items():
+            if ch not in CHANNELS:
+                raise ValueError(f"stall channel must be one of {CHANNELS}, got {ch!r}")
+            if not 0 <= p < 1:
+                raise ValueError(f"stall probability for {ch!r} must be in [0, 1), got {p!r}")
+
+        super().__init__()
+        self.clock = clock
+        self.read_latency = read_latency
+        self.write_latency = write_latency
+        self.seed = seed
+        self.log_writes = log_writes
+        self.write_log: list[WriteRecord] = []
+        self._period = None
+        self._t0 = None
+
+        bus = AxiBus.from_prefix(dut, prefix)
+        self.width = len(bus.read.r.rdata)
+        self.byte_lanes = self.width // 8
+        self.strb_mask = (1 << self.byte_lanes) - 1
+        self.max_size = (self.byte_lanes - 1).bit_length()
+        self.addr_width = len(bus.read.ar.araddr)
+        if len(bus.write.w.wdata) != self.width or len(bus.write.w.wstrb) != self.byte_lanes:
+            raise ValueError("W channel width differs from R channel width")
+        self.mem = mem if mem is not None else SparseMemory(1 << self.addr_width)
+        self._reset_state_vars()
+
+        self.ar = _ARSink(bus.read.ar, clock, reset)
+        self.r = _RSource(bus.read.r, clock, reset)
+        self.aw = _AWSink(bus.write.aw, clock, reset)
+        self.w = _WSink(bus.write.w, clock, reset)
+        self.b = _BSource(bus.write.b, clock, reset)
+        for src in (self.r, self.b):
+            src._init_timed()
+        self.ar.on_receive = self._on_ar
+        self.aw.on_receive = self._on_aw
+        self.w.on_receive = self._on_w
+        self.r.on_handshake = self._on_r
+        self.b.on_handshake = self._on_b
+        for i, ch in enumerate(CHANNELS):
+            p = stall.get(ch, 0)
+            if p:
+                getattr(self, ch).set_pause_generator(self._pauses(random.Random(seed * 8 + i), p))
+
+        cocotb.start_soon(self._measure_clock())
+        self._init_reset(reset, True)
+
+    # ------------------------------------------------------------------ bookkeeping
+
+    def _reset_state_vars(self):
+        self.ar_count = self.aw_count = self.r_beats = self.w_beats = self.b_count = 0
+        self.acked_writes = 0
+        self._first_r_t = self._last_r_t = None
+        self._aw_waiting = deque()  # AW handshaken, data not complete: (awid, addr, len, size, t)
+        self._w_waiting = deque()   # complete W bursts whose AW has not arrived: (beats, t_last)
+        self._w_beats = []          # beats of the W burst in progress: (wdata, wstrb)
+        self._w_bursts = 0          # complete W bursts seen
+        self.unacked: deque[PendingWrite] = deque()  # applied to mem, B not yet handshaken
+
+    def _handle_reset(self, state):
+        # The channel engines stop and restart themselves; the protocol state goes with them.
+        if state:
+            self.r.clear()
+            self.b.clear()
+            self._reset_state_vars()
+
+    @property
+    def writes_in_flight(self) -> int:
+        """Write bursts with an AW or W handshake and no B handshake yet."""
+        return max(self.aw_count, self._w_bursts + (1 if self._w_beats else 0)) - self.acked_writes
+
+    @property
+    def period(self) -> int:
+        """Clock period in simulator steps (measured on the first two rising edges)."""
+        return self._period
+
+    def cycle_at(self, t: int) -> int:
+        """Cycle number of simulation time ``t``: rising edges since the model's first edge."""
+        return (t - self._t0) // self._period
+
+    @property
+    def cycle(self) -> int:
+        return self.cycle_at(_now())
+
+    @property
+    def first_r_cycle(self):
+        return None if self._first_r_t is None else self.cycle_at(self._first_r_t)
+
+    @property
+    def last_r_cycle(self):
+        return None if self._last_r_t is None else self.cycle_at(self._last_r_t)
+
+    @property
+    def busy_r_cycles(self) -> int:
+        """Cycles with RVALID high (beats plus cycles stalled by the master's RREADY)."""
+        return self.r.busy_cycles
+
+    @property
+    def r_utilization(self) -> float:
+        """R beats per cycle between the first and the last R handshake."""
+        if not self.r_beats:
+            return 0.0
+        return self.r_beats / (self.last_r_cycle - self.first_r_cycle + 1)
+
+    def stats(self) -> dict:
+        return {k: getattr(self, k) for k in (
+            "ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
+            "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles")}
+
+    @staticmethod
+    def _pauses(rng, p):
+        rnd = rng.random
+        while True:
+            yield rnd() < p
+
+    async def _measure_clock(self):
+        edge = RisingEdge(self.clock)
+        await edge
+        t0 = _now()
+        await edge
+        self._t0, self._period = t0, _now() - t0
+        self.r.period = self.b.period = self._period
+
+    # ------------------------------------------------------------------ reads
+
+    def _check_burst(self, kind, addr, length, size, burst):
+        if burst != _BURST_INCR:
+            raise PmemProtocolError(f"{kind}: only INCR bursts are supported, got burst={burst}")
+        if size > self.max_size:
+            raise PmemProtocolError(f"{kind}: size {size} wider than the {self.width}-bit bus")
+        num_bytes = 1 << size
+        aligned = addr - addr % num_bytes
+        if (aligned & 0xfff) + num_bytes * length > 0x1000:
+            raise PmemProtocolError(f"{kind}: burst at {addr:#x} of {length}x{num_bytes} bytes "
+                                    f"crosses a 4 KiB boundary")
+        return num_bytes, aligned
+
+    def _on_ar(self, values, t):
+        arid, addr, arlen, size, burst = values
+        length = arlen + 1
+        self.ar_count += 1
+        lanes, push, lat = self.byte_lanes, self.r.push, self.read_latency
+        num_bytes, aligned = self._check_burst("AR", addr, length, size, burst)
+        if num_bytes == lanes:
+            base = addr - addr % lanes
+            data = self.mem.read(base, lanes * length)
+            if length == 1:
+                push(t, lat, (arid, int.from_bytes(data, "little"), 1, 0), None)
+                return
+            words = [int.from_bytes(data[i:i + lanes], "little")
+                     for i in range(0, lanes * length, lanes)]
+        else:  # narrow: the whole bus word around each beat's address
+            words = []
+            for n in range(length):
+                a = addr if n == 0 else aligned + n * num_bytes
+                words.append(int.from_bytes(self.mem.read(a - a % lanes, lanes), "little"))
+        last = length - 1
+        for n, word in enumerate(words):
+            push(t, lat, (arid, word, int(n == last), 0), None)
+
+    def _on_r(self, _):
+        t = _now()
+        if self._first_r_t is None:
+            self._first_r_t = t
+        self._last_r_t = t
+        self.r_beats += 1
+
+    # ------------------------------------------------------------------ writes
+
+    def _on_aw(self, values, t):
+        awid, addr, awlen, size, burst = values
+        self.aw_count += 1
+        self._check_burst("AW", addr, awlen + 1, size, burst)
+        self._aw_waiting.append((awid, addr, awlen + 1, size, t))
+        if self._w_waiting:
+            self._match_writes()
+
+    def _on_w(self, values, t):
+        wdata, wstrb, wlast = values
+        self.w_beats += 1
+        self._w_beats.append((wdata, wstrb))
+        if wlast:
+            self._w_waiting.append((self._w_beats, t))
+            self._w_beats = []
+            self._w_bursts += 1
+            if self._aw_waiting:
+                self._match_writes()
+        elif len(self._w_beats) > 256:
+            raise PmemProtocolError("W: more than 256 beats without WLAST")
+
+    def _match_writes(self):
+        while self._aw_waiting and self._w_waiting:
+            awid, addr, length, size, t_aw = self._aw_waiting.popleft()
+            beats, t_w = self._w_waiting.popleft()
+            if len(beats) != length:
+                raise PmemProtocolError(f"W: burst for AW at {addr:#x} (awid {awid}) has "
+                                        f"{len(beats)} beats, AWLEN says {length}")
+            segments = self._segments(addr, size, beats)
+            t_done = max(t_aw, t_w)
+            rec = WriteRecord(awid, addr, sum(len(d) for _, d in segments),
+                              self.cycle_at(t_aw), self.cycle_at(t_done))
+            pw = PendingWrite(rec, segments, [(a, self.mem.read(a, len(d))) for a, d in segments])
+            for a, d in segments:
+                self.mem.write(a, d)
+            if self.log_writes:
+                self.write_log.append(rec)
+            self.unacked.append(pw)
+            self.b.push(t_done, self.write_latency, (awid, 0), pw)
+
+    def _segments(self, addr, size, beats):
+        """Contiguous ``(addr, bytes)`` runs written by a burst (byte lanes per AXI A3.4)."""
+        lanes, full = self.byte_lanes, self.strb_mask
+        num_bytes = 1 << size
+        aligned = addr - addr % num_bytes
+        out = []
+        run_addr, run = None, bytearray()
+        for n, (wdata, wstrb) in enumerate(beats):
+            a = addr if n == 0 else aligned + n * num_bytes
+            word = a - a % lanes
+            lo = a - word
+            hi = (aligned if n == 0 else a) - word + num_bytes  # exclusive upper lane
+            strb = wstrb & ((1 << hi) - 1) & ~((1 << lo) - 1)
+            data = wdata.to_bytes(lanes, "little")
+            if strb == full:
+                if run_addr is not None and run_addr + len(run) == word:
+                    run += data
+                else:
+                    if run:
+                        out.append((run_addr, bytes(run)))
+                    run_addr, run = word, bytearray(data)
+                continue
+            i = 0
+            while i < lanes:
+                if not (strb >> i) & 1:
+                    i += 1
+                    continue
+                j = i
+                while j < lanes and (strb >> j) & 1:
+                    j += 1
+                if run_addr is not None and run_addr + len(run) == word + i:
+                    run += data[i:j]
+                else:
+                    if run:
+                        out.append((run_addr, bytes(run)))
+                    run_addr, run = word + i, bytearray(data[i:j])
+                i = j
+        if run:
+            out.append((run_addr, bytes(run)))
+        return out
+
+    def _on_b(self, pw):
+        done = self.unacked.popleft()
+        assert done is pw, "B responses out of order"
+        pw.record.b_cycle = self.cycle
+        self.b_count += 1
+        self.acked_writes += 1

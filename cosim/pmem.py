@@ -67,7 +67,18 @@ def _now() -> int:
 
 
 class PmemProtocolError(AssertionError):
-    """The master broke an AXI rule the model relies on (burst type, 4 KiB crossing, WLAST)."""
+    """The master broke an AXI rule the model relies on (burst type, 4 KiB crossing, WLAST,
+    X/Z on a field at a handshake)."""
+
+
+def _binstr_getter(handle):
+    """A function returning the signal's value as a string of 0/1/X/Z characters.
+
+    The hot paths read through cocotb's simulator object (``handle._handle``, cocotb 2.1 is
+    pinned) because building a ``LogicArray`` for ``int(handle.value)`` costs about 6x more
+    (15 us against 2.6 us for the five AR fields); the public API is the fallback."""
+    raw = getattr(getattr(handle, "_handle", None), "get_signal_val_binstr", None)
+    return raw if raw is not None else (lambda: str(handle.value))
 
 
 class _HookedSinkMixin:
@@ -84,16 +95,23 @@ class _HookedSinkMixin:
     async def _run(self):
         edge = RisingEdge(self.clock)
         wake = self.wake_event.wait()
-        valid, ready = self.valid, self.ready
-        handles = [getattr(self.bus, f) for f in self._fields]
+        ready = self.ready
+        valid = _binstr_getter(self.valid)
+        getters = [_binstr_getter(getattr(self.bus, f)) for f in self._fields]
         hook = self.on_receive
         ready_out = None
         while True:
             pause_sample = bool(self.pause)
             await edge
-            valid_sample = valid.value
+            valid_sample = valid() == "1"
             if valid_sample and ready_out:
-                hook([int(h.value) for h in handles], _now())
+                try:
+                    values = [int(g(), 2) for g in getters]
+                except ValueError:
+                    raise PmemProtocolError(
+                        f"{self.bus._name}: X/Z in {dict(zip(self._fields, (g() for g in getters)))}"
+                        " at a handshake") from None
+                hook(values, _now())
             if ready_out is not (not pause_sample):
                 ready_out = not pause_sample
                 ready.value = ready_out
@@ -152,7 +170,7 @@ class _TimedSourceMixin:
 
     async def _run(self):
         edge = RisingEdge(self.clock)
-        valid, ready, items = self.valid, self.ready, self.items
+        valid, ready, items = self.valid, _binstr_getter(self.ready), self.items
         handles = [getattr(self.bus, f) for f in self._fields]
         driven = [None] * len(handles)
         hook = self.on_handshake
@@ -162,7 +180,7 @@ class _TimedSourceMixin:
             await edge
             if valid_out:
                 self.busy_cycles += 1
-                if not ready.value:
+                if ready() != "1":
                     continue
                 hook(current)
             if items and not self.pause:

@@ -50,7 +50,7 @@ class RequestPortMux(wiring.Component):
                     m.d.comb += [dst.valid.eq(srcs[i].valid), dst.payload.eq(srcs[i].payload),
                                  srcs[i].ready.eq(dst.ready)]
 
-    def _route(self, m, src, dsts):
+    def _route(self, m, src, dsts, stray):
         hit = 0
         for ids, dst in zip(self._ids, dsts):
             mine = 0
@@ -61,13 +61,15 @@ class RequestPortMux(wiring.Component):
             with m.If(mine):
                 m.d.comb += src.ready.eq(dst.ready)
         with m.If(~hit):
-            m.d.comb += [src.ready.eq(1), self.stray.eq(src.valid)]
+            m.d.comb += [src.ready.eq(1), stray.eq(src.valid)]
 
     def elaborate(self, platform):
         m = Module()
         reqs = [getattr(self, f"req_{i}") for i in range(len(self._ids))]
         self._arbitrate(m, "rd", [r.rd_req for r in reqs], self.mem.rd_req)
         self._arbitrate(m, "wr", [r.wr_req for r in reqs], self.mem.wr_req)
-        self._route(m, self.mem.rd_resp, [r.rd_resp for r in reqs])
-        self._route(m, self.mem.wr_resp, [r.wr_resp for r in reqs])
+        rd_stray, wr_stray = Signal(), Signal()
+        self._route(m, self.mem.rd_resp, [r.rd_resp for r in reqs], rd_stray)
+        self._route(m, self.mem.wr_resp, [r.wr_resp for r in reqs], wr_stray)
+        m.d.comb += self.stray.eq(rd_stray | wr_stray)
         return m

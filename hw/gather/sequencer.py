@@ -1,14 +1,14 @@
 """Bag sequencer: turns bag lengths and the index list into row items, checking each index.
 
 For each bag entry from ``bags`` it emits one ``items`` entry per index (``first``/``last`` mark
-the bag's ends) or, for an empty bag, a single item with ``empty`` set. Transitions between bags
-cost no cycle when the next entry is ready (one item per cycle at any pooling factor; an empty
-bag takes one cycle). The first failure, either an error marker from the walker or an index >=
+the bag's ends) or, for an empty bag, a single item with ``empty`` set. A bag's entry is taken
+in the same cycle as its first item, so bag transitions cost no cycle when the inputs are ready:
+one item per cycle at any pooling factor, an empty bag takes one cycle. The first failure, either an error marker from the walker or an index >=
 ``table_rows`` (INDEX_RANGE), stops it and is held on ``err_*`` with the bag number ``bag``.
 ``done`` rises when all ``n_bags`` bags were emitted. ``rows`` counts rows of bags whose last
 item was emitted. Reset between commands.
 """
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,47 +33,47 @@ class BagSequencer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        rem = Signal(LEN_BITS)
+        rem = Signal(LEN_BITS)        # rows of the current bag still to emit
         cur_len = Signal(LEN_BITS)
         first = Signal()
         have = rem != 0
         idx = self.indices.payload
         entry = self.bags.payload
         item = self.items.payload
-        next_ok = self.bags.valid & ~entry.err & (entry.len != 0)
+        open_ = ~self.err & (self.bag != self.n_bags)
+        # a non-empty bag entry is loaded in the same cycle its first item goes out
+        load = ~have & self.bags.valid & ~entry.err & (entry.len != 0) & open_
+        active = have | load
+        c_rem = Mux(have, rem, entry.len)
+        c_first = Mux(have, first, 1)
+        c_len = Mux(have, cur_len, entry.len)
 
-        with m.If(have):
+        with m.If(active):
             m.d.comb += [
                 self.items.valid.eq(self.indices.valid & (idx < self.table_rows) & ~self.err),
-                item.index.eq(idx), item.first.eq(first), item.last.eq(rem == 1),
+                item.index.eq(idx), item.first.eq(c_first), item.last.eq(c_rem == 1),
                 self.indices.ready.eq(self.items.ready & self.items.valid),
             ]
         with m.Else():
             m.d.comb += [
-                self.items.valid.eq(self.bags.valid & ~entry.err & (entry.len == 0) & ~self.err
-                                    & (self.bag != self.n_bags)),
+                self.items.valid.eq(self.bags.valid & ~entry.err & (entry.len == 0) & open_),
                 item.first.eq(1), item.last.eq(1), item.empty.eq(1),
             ]
         fire = self.items.valid & self.items.ready
 
-        with m.If(fire & have):
-            m.d.sync += [first.eq(0), rem.eq(rem - 1)]
-            with m.If(rem == 1):
-                m.d.sync += [self.bag.eq(self.bag + 1), self.rows.eq(self.rows + cur_len)]
-                with m.If(next_ok):      # zero-bubble switch to the next bag
-                    m.d.comb += self.bags.ready.eq(1)
-                    m.d.sync += [rem.eq(entry.len), cur_len.eq(entry.len), first.eq(1)]
+        with m.If(fire):
+            # pop the entry of a bag being loaded, or of an empty bag
+            m.d.comb += self.bags.ready.eq(~have)
+        with m.If(fire & active):
+            m.d.sync += [first.eq(0), rem.eq(c_rem - 1), cur_len.eq(c_len)]
+            with m.If(c_rem == 1):
+                m.d.sync += [self.bag.eq(self.bag + 1), self.rows.eq(self.rows + c_len)]
         with m.Elif(fire):               # empty bag
-            m.d.comb += self.bags.ready.eq(1)
             m.d.sync += self.bag.eq(self.bag + 1)
-        with m.Elif(~have & self.bags.valid & ~self.err & (self.bag != self.n_bags)):
-            with m.If(entry.err):
-                m.d.sync += [self.err.eq(1), self.err_code.eq(entry.code),
-                             self.err_value.eq(entry.value)]
-            with m.Elif(entry.len != 0):
-                m.d.comb += self.bags.ready.eq(1)
-                m.d.sync += [rem.eq(entry.len), cur_len.eq(entry.len), first.eq(1)]
-        with m.If(have & self.indices.valid & (idx >= self.table_rows) & ~self.err):
+        with m.If(~have & self.bags.valid & entry.err & open_):
+            m.d.sync += [self.err.eq(1), self.err_code.eq(entry.code),
+                         self.err_value.eq(entry.value)]
+        with m.If(active & self.indices.valid & (idx >= self.table_rows) & ~self.err):
             m.d.sync += [self.err.eq(1), self.err_code.eq(LookupError_.INDEX_RANGE),
                          self.err_value.eq(idx)]
         m.d.comb += self.done.eq(~have & (self.bag == self.n_bags))

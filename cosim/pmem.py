@@ -108,9 +108,9 @@ class _HookedSinkMixin:
                 try:
                     values = [int(g(), 2) for g in getters]
                 except ValueError:
-                    raise PmemProtocolError(
-                        f"{self.bus._name}: X/Z in {dict(zip(self._fields, (g() for g in getters)))}"
-                        " at a handshake") from None
+                    seen = dict(zip(self._fields, (g() for g in getters)))
+                    raise PmemProtocolError(f"{self.bus._name}: X/Z at a handshake: {seen}") \
+                        from None
                 hook(values, _now())
             if ready_out is not (not pause_sample):
                 ready_out = not pause_sample

@@ -11,10 +11,11 @@ generators behave like the AXI models; payloads are packed and unpacked with the
     await src.send({"tag": 3, "pair": {"lo": 1, "hi": 2}, "value": 7})
     item = await snk.recv()                           # a dict of the same shape
 
-Payload values: plain ints for scalar fields (two's complement range for signed ones), an enum
-member or its value for enum fields (unpacked as int), nested dicts for struct fields, a dict
-with exactly one member for union fields (unpacked with every member), lists for arrays.
-Missing or unknown keys and values that do not fit raise ``ValueError``: nothing is truncated.
+Payload values: plain ints (or bools) for scalar fields (two's complement range for signed
+ones), an enum member or its value for enum fields (unpacked as int), nested dicts for struct
+fields, a dict with exactly one member for union fields (unpacked with every member), lists for
+arrays. Missing or unknown keys and values that do not fit raise ``ValueError``: nothing is
+truncated.
 """
 from __future__ import annotations
 
@@ -80,12 +81,12 @@ class PayloadCodec:
             else:
                 if isinstance(v, py_enum.Enum):
                     v = v.value
-                if isinstance(v, bool) or not isinstance(v, int):
+                if not isinstance(v, int):  # bool is an int: fine for 1-bit flags
                     raise ValueError(f"{where}: expected an int, got {v!r}")
                 lo, hi = ((-(1 << (width - 1)), 1 << (width - 1)) if signed else (0, 1 << width))
                 if not lo <= v < hi:
-                    raise ValueError(f"{where}: {v} does not fit {'signed' if signed else 'unsigned'}"
-                                     f"({width}) [{lo}, {hi})")
+                    kind = "signed" if signed else "unsigned"
+                    raise ValueError(f"{where}: {v} does not fit {kind}({width}) [{lo}, {hi})")
                 raw = v & ((1 << width) - 1)
             bits |= raw << offset
         return bits

@@ -8,7 +8,7 @@ DEFAULT_SEED = 1
 
 def pytest_addoption(parser):
     parser.addoption("--seed", type=int, default=None,
-                     help=f"random seed for randomized tests (default: $TCXL_SEED or {DEFAULT_SEED})")
+                     help=f"seed for randomized tests (default: $TCXL_SEED or {DEFAULT_SEED})")
     parser.addoption("--waves", action="store_true",
                      help="build simulators with tracing and write dump.vcd (same as WAVES=1)")
 

@@ -23,7 +23,7 @@ class DeviceConfig:
     addr_bits: int = 40
     media_data_bits: int = 512
     max_reads: int = 256
-    max_writes: int = 64
+    max_writes: int = 256
     axi_id_bits: int = 4
     frac_bits: int = 24
     acc_bits: int = 48

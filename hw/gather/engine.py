@@ -60,7 +60,7 @@ class GatherReduce(wiring.Component):
         m.submodules.walker = walker = ResetInserter(clear)(
             OffsetsWalker(ab, staging_end=s_end, max_bag=cfg.max_bag))
         m.submodules.bag_q = bag_q = ResetInserter(clear)(
-            fifo.SyncFIFOBuffered(width=bag_layout.size, depth=16))
+            fifo.SyncFIFOBuffered(width=bag_layout.size, depth=2 * cfg.max_reads))
         m.submodules.seq = seq = ResetInserter(clear)(BagSequencer())
         m.submodules.issuer = issuer = ResetInserter(clear)(RowIssuer(ab, rd_id=ID_ROWS))
         m.submodules.tag_q = tag_q = fifo.SyncFIFOBuffered(width=tag_layout.size,
@@ -107,6 +107,7 @@ class GatherReduce(wiring.Component):
         m.d.comb += [
             walker.n_bags.eq(c.n_bags), walker.indices_addr.eq(c.indices_addr),
             seq.table_rows.eq(c.table_rows), seq.n_bags.eq(c.n_bags),
+            seq.marker_value.eq(walker.err_value),
             issuer.dim_log.eq(dim_log), issuer.table_line.eq(c.table_base >> 6),
             pool.out_line.eq(c.out_addr >> 6),
             off_rd.start_addr.eq(c.offsets_addr),

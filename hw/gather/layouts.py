@@ -16,7 +16,9 @@ def cpl_layout(addr_bits):
 
 
 # walker -> sequencer: one entry per bag, or an error marker for the bag that failed its checks
-bag_layout = data.StructLayout({"len": LEN_BITS, "err": 1, "code": 4, "value": 64})
+# (the marker's offending value is held in the walker's ``err_value`` register, so the FIFO,
+# which must be deep enough to let the index prefetch run a PMEM latency ahead, stays narrow)
+bag_layout = data.StructLayout({"len": LEN_BITS, "err": 1, "code": 4})
 
 # sequencer -> row issuer: one row of a bag (or one empty bag)
 item_layout = data.StructLayout({"index": 32, "first": 1, "last": 1, "empty": 1})

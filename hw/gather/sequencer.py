@@ -24,6 +24,7 @@ class BagSequencer(wiring.Component):
     items: Out(stream.Signature(item_layout))
     table_rows: In(32)
     n_bags: In(32)
+    marker_value: In(64)     # offending value of a walker error marker (walker.err_value)
     done: Out(1)
     err: Out(1)
     err_code: Out(4)
@@ -72,7 +73,7 @@ class BagSequencer(wiring.Component):
             m.d.sync += self.bag.eq(self.bag + 1)
         with m.If(~have & self.bags.valid & entry.err & open_):
             m.d.sync += [self.err.eq(1), self.err_code.eq(entry.code),
-                         self.err_value.eq(entry.value)]
+                         self.err_value.eq(self.marker_value)]
         with m.If(active & self.indices.valid & (idx >= self.table_rows) & ~self.err):
             m.d.sync += [self.err.eq(1), self.err_code.eq(LookupError_.INDEX_RANGE),
                          self.err_value.eq(idx)]

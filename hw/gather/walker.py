@@ -3,7 +3,7 @@
 Consumes ``n_bags + 1`` offsets from ``offsets`` after ``start``. For the first offset ``s`` it
 strobes ``idx_start`` with ``idx_start_addr = indices_addr + 4*s``; for each next offset ``e`` it
 applies checks 4-6 of docs/lookup.md and pushes one ``bags`` entry (length, or an error marker
-with code and value, after which it stops). ``idx_limit`` (exclusive byte address) only ever
+with a code, after which it stops and holds the offending value on ``err_value``). ``idx_limit`` (exclusive byte address) only ever
 covers validated bags, so the index reader never reads outside the staging region. One bag per
 cycle. ``busy`` is high from ``start`` until the last entry is pushed. Reset between commands
 (the engine wraps it in a ResetInserter).
@@ -31,6 +31,7 @@ class OffsetsWalker(wiring.Component):
             "idx_start_addr": Out(addr_bits),
             "idx_limit": Out(addr_bits + 2),
             "busy": Out(1),
+            "err_value": Out(64),
         })
 
     def elaborate(self, platform):
@@ -42,15 +43,16 @@ class OffsetsWalker(wiring.Component):
         end_addr = Signal(ab + 3)
         m.d.comb += end_addr.eq(self.indices_addr + (e << 2))
         entry = self.bags.payload
+        value = Signal(64)
         with m.If(e < s):
             m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.OFFSETS_ORDER),
-                         entry.value.eq(e)]
+                         value.eq(e)]
         with m.Elif((e - s) > self._max_bag):
             m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.BAG_TOO_LONG),
-                         entry.value.eq(e - s)]
+                         value.eq(e - s)]
         with m.Elif(end_addr > self._staging_end):
             m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.ADDR_RANGE),
-                         entry.value.eq(end_addr)]
+                         value.eq(end_addr)]
         m.d.comb += entry.len.eq(e - s)
 
         with m.FSM(name="walk"):
@@ -74,6 +76,7 @@ class OffsetsWalker(wiring.Component):
                 with m.If(self.bags.valid & self.bags.ready):
                     m.d.sync += count.eq(count + 1)
                     with m.If(entry.err):
+                        m.d.sync += self.err_value.eq(value)
                         m.next = "DONE"
                     with m.Else():
                         m.d.sync += [s.eq(e), self.idx_limit.eq(end_addr)]

@@ -16,11 +16,15 @@ MAX_BAG = 16
 # ---- BagSequencer ----------------------------------------------------------------------------
 
 def bag(n):
-    return {"len": n, "err": 0, "code": 0, "value": 0}
+    return {"len": n, "err": 0, "code": 0}
 
 
-def marker(code, value):
-    return {"len": 0, "err": 1, "code": code, "value": value}
+class marker(dict):
+    """An error-marker entry; its offending value travels beside the FIFO (walker.err_value)."""
+
+    def __init__(self, code, value):
+        super().__init__(len=0, err=1, code=code)
+        self.value = value
 
 
 def expected_items(lens, indices):
@@ -50,7 +54,7 @@ def run_sequencer(entries, indices, table_rows, n_bags, *, rng=None, p_in=0.0, p
             while gap():
                 ctx.set(s.valid, 0)
                 await ctx.tick()
-            ctx.set(s.payload, x)
+            ctx.set(s.payload, dict(x) if isinstance(x, dict) else x)
             ctx.set(s.valid, 1)
             while True:
                 *_, r = await ctx.tick().sample(s.ready)
@@ -65,6 +69,9 @@ def run_sequencer(entries, indices, table_rows, n_bags, *, rng=None, p_in=0.0, p
         await feed(ctx, dut.indices, indices)
 
     async def items_tb(ctx):
+        for e in entries:
+            if isinstance(e, marker):
+                ctx.set(dut.marker_value, e.value)
         ctx.set(dut.table_rows, table_rows)
         ctx.set(dut.n_bags, n_bags)
         stall = Stall(rng, p_out)
@@ -205,10 +212,12 @@ def run_walker(offsets, n_bags, indices_addr, *, rng=None, p_in=0.0, p_out=0.0, 
             if fill:      # the limit sampled now is the one set by the previous edge
                 res["limits"][-1], fill = lim, False
             if bv and br:
-                res["bags"].append((bp.len, bp.err, bp.code, bp.value))
+                res["bags"].append((bp.len, bp.err, bp.code, 0))
                 res["limits"].append(None)
                 fill = True
             quiet = quiet + 1 if not busy else 0
+        if res["bags"] and res["bags"][-1][1]:    # error marker: value held in err_value
+            res["bags"][-1] = res["bags"][-1][:3] + (ctx.get(dut.err_value),)
         res["consumed"] = oi
         res["busy"] = ctx.get(dut.busy)
         res["final_limit"] = ctx.get(dut.idx_limit)

@@ -343,3 +343,10 @@ async def test_deliberate_failure(dut):
     """Fails on purpose (only with TCXL_INFRA_FAIL=1): proves a failing test raises."""
     await ClockCycles(dut.clk, 1)
     raise AssertionError("deliberate failure")
+
+
+@cocotb.test(skip=os.environ.get("TCXL_INFRA_WARN") != "1")
+async def test_deliberate_warning(dut):
+    """Only run by the guard test: a warning inside the simulator must fail the test."""
+    import warnings
+    warnings.warn("deliberate warning from a bench", UserWarning)

@@ -18,7 +18,7 @@ from cosim.streams import PayloadCodec
 pytestmark = pytest.mark.cosim
 
 # 13 tests in cosim.tb_infra, test_deliberate_failure skipped unless asked for.
-INFRA_TESTS, INFRA_SKIPPED = 13, 1
+INFRA_TESTS, INFRA_SKIPPED = 14, 2   # two guard tests skip unless asked to fail
 
 
 @functools.cache
@@ -57,6 +57,13 @@ def test_failing_cocotb_test_raises(seed, tmp_path):
     with pytest.raises(cb.CosimError, match=rf"1 of 1 cocotb tests failed.*seed {seed}"):
         cb.run(passthrough_build(512), "cosim.tb_infra", test_filter="test_deliberate_failure",
                seed=seed, extra_env={"TCXL_INFRA_FAIL": "1"}, test_dir=tmp_path)
+
+
+def test_warning_in_simulator_is_an_error(seed, tmp_path):
+    """Warnings are errors inside the simulator's Python too (PYTHONWARNINGS from cosim.build)."""
+    with pytest.raises(cb.CosimError):
+        cb.run(passthrough_build(512), "cosim.tb_infra", seed=seed, test_dir=tmp_path,
+               test_filter="test_deliberate_warning", extra_env={"TCXL_INFRA_WARN": "1"})
 
 
 def test_unimportable_module_raises(seed, tmp_path):

@@ -1,0 +1,21 @@
+"""``make bench``: every benchmark of the project, each printing a table and writing JSON under
+build/bench/.
+
+    python -m bench.run [--quick]
+"""
+import argparse
+import sys
+
+from bench import gather_reduce
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="smoke sizes")
+    args = ap.parse_args(argv)
+    extra = ["--quick"] if args.quick else []
+    return gather_reduce.main(extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Smoke size of `make bench` (the full grid runs only there): the JSON report is written with
+every field, and every point's LOOKUP result equalled the golden model (checked in the bench)."""
+import json
+
+import pytest
+
+from bench import gather_reduce
+
+
+@pytest.mark.cosim
+def test_gather_bench_quick(tmp_path):
+    out = tmp_path / "g.json"
+    assert gather_reduce.main(["--quick", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert len(rep["points"]) == 2
+    for p in rep["points"]:
+        assert p["cycles"] > 0 and 0 < p["port_util"] <= 1.0 and 0 < p["steady_port_util"] <= 1.0
+        assert p["media_lines"] >= p["row_lines"]

@@ -7,8 +7,8 @@ Protocol (one job at a time):
   ``limit``. ``limit`` may grow while the job runs (the owner validates a range, then opens it);
   it must never shrink. Words at or past ``limit`` in the last fetched line may appear on
   ``words``; the consumer takes only what it knows exists.
-- ``flush`` (one-cycle strobe): stop fetching, drop buffered lines and, as they arrive, the
-  responses still in flight. ``idle`` rises when nothing is in flight any more.
+- ``flush`` (one-cycle strobe; wins over a ``start`` in the same cycle): stop fetching, drop
+  buffered lines and, as they arrive, the responses still in flight. ``idle`` rises when nothing is in flight any more.
 - ``media_err`` is set by a response with ``err`` during the job (cleared by ``start``).
 - Reads use id ``rd_id`` on ``mem`` with at most ``depth`` lines in flight plus buffered, so a
   response always has room and ``mem.rd_resp`` is never back-pressured (see reqport ordering).
@@ -92,12 +92,12 @@ class WordReader(wiring.Component):
             m.d.sync += [running.eq(0), held.eq(in_flight + issued - got)]
         with m.Else():
             m.d.sync += held.eq(held + issued - popped - dropped)
-        with m.If(self.start & ~running):
+        with m.If(self.start & ~running & ~self.flush):     # flush wins over start
             m.d.sync += [running.eq(1), next_line.eq(self.start_addr >> 6),
                          word.eq(self.start_addr[2:6])]
         with m.If(got & running & resp.payload.err):
             m.d.sync += self.media_err.eq(1)
-        with m.If(self.start & ~running):
+        with m.If(self.start & ~running & ~self.flush):
             m.d.sync += self.media_err.eq(0)
         m.d.comb += self.idle.eq(~running & (in_flight == 0))
         return m

@@ -292,3 +292,33 @@ def test_word_reader_media_err_during_job_only():
 
     simulate(b.dut, [tb], b.background(), max_cycles=1000, name="word_reader_media_err")
     assert seen == {"job1": 1, "after_flush": 1, "cleared_by_start": 0, "dropped_err": 0}
+
+
+def test_word_reader_flush_wins_over_simultaneous_start():
+    """A start strobed in the same cycle as a flush is ignored: the reader stays idle (so an
+    engine draining after an error can never be left waiting on a reader that restarted)."""
+    from amaranth.sim import Simulator
+    from hw.word_reader import WordReader
+    dut = WordReader(40, rd_id=2, depth=4)
+    seen = {}
+
+    async def tb(ctx):
+        ctx.set(dut.mem.rd_req.ready, 1)
+        ctx.set(dut.start_addr, 0x1000)
+        ctx.set(dut.limit, 0x2000)
+        ctx.set(dut.start, 1)
+        ctx.set(dut.flush, 1)
+        await ctx.tick()
+        ctx.set(dut.start, 0)
+        ctx.set(dut.flush, 0)
+        for _ in range(4):
+            await ctx.tick()
+            seen.setdefault("rd", 0)
+            seen["rd"] += ctx.get(dut.mem.rd_req.valid)
+        seen["idle"] = ctx.get(dut.idle)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(tb)
+    sim.run()
+    assert seen == {"rd": 0, "idle": 1}

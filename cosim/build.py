@@ -70,6 +70,10 @@ _BUILD_SCHEME = 1
 _DONE_MARKER = "BUILD_OK"
 
 
+# (module, cocotb tests passed) of every successful run in this process, for the pytest summary
+RUNS: list = []
+
+
 class CosimError(RuntimeError):
     """A Verilator build failed, or a cocotb run failed, ran no test or died."""
 
@@ -281,6 +285,7 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
         raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
     skipped = f", {n_skipped} skipped" if n_skipped else ""
     print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, seed {seed})")
+    RUNS.append((test_module, n_tests - n_skipped))
     if waves:
         print(f"cocotb: waves in {test_dir / 'dump.vcd'}")
     return Results(n_tests=n_tests, n_failed=n_failed, results_xml=results_xml, test_dir=test_dir,

@@ -35,3 +35,13 @@ def seed(request) -> int:
     s = _seed(request.config)
     print(f"seed={s} (rerun with --seed {s})")
     return s
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many cocotb tests really executed (each run already checked its results file)."""
+    from cosim import build as cb
+    if cb.RUNS:
+        n = sum(k for _, k in cb.RUNS)
+        mods = sorted({m for m, _ in cb.RUNS})
+        terminalreporter.write_line(
+            f"cocotb: {n} cocotb tests passed in {len(cb.RUNS)} simulator runs ({', '.join(mods)})")

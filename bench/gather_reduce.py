@@ -44,11 +44,11 @@ def run(grid, *, lines, seed=1, out_dir=None, log=print):
         b = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
         pts = points_for(grid, lines)
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
-            cb.run(b, "cosim.bench_gather", seed=seed, test_dir=pathlib.Path(tmp) / "run",
-                   extra_env={"TCXL_CONFIG": cfg.to_json(), "TCXL_BENCH_POINTS": json.dumps(pts),
-                              "TCXL_BENCH_OUT": tmp})
-            got = [json.loads((pathlib.Path(tmp) / f"{i}.json").read_text())
-                   for i in range(len(pts))]
+            tmp = pathlib.Path(tmp).resolve()    # the simulator runs in its own directory
+            cb.run(b, "cosim.bench_gather", seed=seed, test_dir=tmp / "run", capture=False,
+                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "TCXL_CONFIG": cfg.to_json(),
+                              "TCXL_BENCH_POINTS": json.dumps(pts), "TCXL_BENCH_OUT": str(tmp)})
+            got = [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(pts))]
         rows += got
         log(f"  max_reads={mr}: {len(got)} points in {time.time() - t0:.0f} s")
     return rows

@@ -72,4 +72,6 @@ async def bench_point(dut, i):
     }
     out = pathlib.Path(os.environ["TCXL_BENCH_OUT"])
     (out / f"{i}.json").write_text(json.dumps(res))
-    dut._log.info(f"bench point {res}")
+    print(f"  [{i + 1}/{len(POINTS)}] max_reads {res['max_reads']} latency {lat:>3} pooling "
+          f"{pooling:>3} dim {dim:>3}: {cycles} cycles, port util {res['port_util']:.3f}, "
+          f"sustained {res['steady_port_util']:.3f}", flush=True)

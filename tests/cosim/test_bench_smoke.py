@@ -1,6 +1,7 @@
 """Smoke size of `make bench` (the full grid runs only there): the JSON report is written with
 every field, and every point's LOOKUP result equalled the golden model (checked in the bench)."""
 import json
+import pathlib
 
 import pytest
 
@@ -8,8 +9,9 @@ from bench import gather_reduce
 
 
 @pytest.mark.cosim
-def test_gather_bench_quick(tmp_path):
-    out = tmp_path / "g.json"
+def test_gather_bench_quick(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)              # relative --out, as `make bench` uses
+    out = pathlib.Path("g.json")
     assert gather_reduce.main(["--quick", "--out", str(out)]) == 0
     rep = json.loads(out.read_text())
     assert len(rep["points"]) == 2

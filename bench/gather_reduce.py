@@ -46,7 +46,8 @@ def run(grid, *, lines, seed=1, out_dir=None, log=print):
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             tmp = pathlib.Path(tmp).resolve()    # the simulator runs in its own directory
             cb.run(b, "cosim.bench_gather", seed=seed, test_dir=tmp / "run", capture=False,
-                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "TCXL_CONFIG": cfg.to_json(),
+                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING",
+                              "TCXL_CONFIG": cfg.to_json(),
                               "TCXL_BENCH_POINTS": json.dumps(pts), "TCXL_BENCH_OUT": str(tmp)})
             got = [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(pts))]
         rows += got

@@ -79,7 +79,7 @@ def main(argv=None):
     try:
         cb.run(b, "cosim.demo_tb", seed=args.seed, capture=False,
                test_dir=args.out.parent / "run",
-               extra_env={"COCOTB_LOG_LEVEL": "WARNING",     # progress lines, not log noise
+               extra_env={"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING",
                           "TCXL_CONFIG": cfg.to_json(), "TCXL_DEMO": json.dumps(spec),
                           "TCXL_DEMO_OUT": str(args.out.resolve())})
     except cb.CosimError as e:

@@ -1,10 +1,19 @@
-"""Verilator builds and cocotb runs, cached and guarded.
+"""Verilator (and Icarus) builds and cocotb runs, cached and guarded.
 
 One Verilator build per hardware configuration, many cocotb runs against it::
 
     from cosim import build as cb
     b = cb.build(cb.generate_verilog(MyDevice(cfg)))
     cb.run(b, "cosim.tb_foo", seed=1, extra_env={"TCXL_CONFIG": cfg.to_json()})
+
+*Icarus Verilog* is the second simulator, for cross-checking (docs/simulators.md):
+``cb.build(text, sim="icarus")`` compiles with the system ``iverilog`` (Debian's 11 is enough)
+and ``cb.run`` runs whichever simulator the :class:`Build` was made for. It is always compiled
+with ``-g2005``: cocotb's runner passes ``-g2012`` first, and in SystemVerilog mode the
+combinational ``always @*`` blocks Yosys emits do not run until one of their inputs changes, so
+outputs sit at X (and tests can still pass). The later ``-g2005`` overrides it.
+``icarus_missing()`` says why Icarus cannot be used here (or None). Icarus waves are FST
+(``dump.fst`` in the run's ``test_dir``; vvp writes it itself, no liblz4 needed).
 
 *Passing configuration to cocotb tests.* The simulator is a separate process; a bench reads its
 parameters from environment variables given as ``extra_env`` (strings). By convention the device
@@ -36,14 +45,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from xml.etree import ElementTree
 
 __all__ = [
-    "REPO_ROOT", "VERILATOR_ARGS", "TIMESCALE", "Build", "Results", "CosimError",
-    "verilator_env", "generate_verilog", "build", "run", "waves_requested",
+    "REPO_ROOT", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
+    "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
+    "waves_requested",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +63,9 @@ BUILD_ROOT = REPO_ROOT / "build"
 WAIVERS = ("-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC")
 VERILATOR_ARGS = WAIVERS + ("-CFLAGS", "-O3")
 TIMESCALE = ("1ns", "1ps")
+SIMULATORS = ("verilator", "icarus")
+# cocotb's Icarus runner puts -g2012 before these; iverilog takes the last -g<generation>.
+ICARUS_ARGS = ("-g2005",)
 
 # The wheel's verilated.mk leaves this empty, so a design split into several C++ files fails to
 # link (`Vtop__pch.h.slow: linker input file not found`).
@@ -75,7 +89,7 @@ RUNS: list = []
 
 
 class CosimError(RuntimeError):
-    """A Verilator build failed, or a cocotb run failed, ran no test or died."""
+    """A simulator build failed, or a cocotb run failed, ran no test or died."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +98,7 @@ class Build:
     top: str
     key: str
     waves: bool
+    sim: str = "verilator"
 
 
 @dataclass(frozen=True)
@@ -172,13 +187,20 @@ def _tail(path: Path, n: int = 60) -> str:
 
 
 def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = False,
-          extra_args=()) -> Build:
+          extra_args=(), sim: str = "verilator") -> Build:
     """Verilate and compile ``verilog_text`` with cocotb's VPI harness, once per content.
 
     The build directory is ``build/sim/<key>``, key = sha256 of the Verilog text, Verilator
     arguments, waves flag (argument or ``WAVES=1``) and tool versions. A file lock makes parallel
     workers build once; a completion marker makes later calls return at once.
+
+    ``sim="icarus"`` compiles with ``iverilog -g2005`` instead (``extra_args`` are then iverilog
+    arguments), into ``build/sim/icarus-<key>``, cached the same way.
     """
+    if sim not in SIMULATORS:
+        raise ValueError(f"sim must be one of {SIMULATORS}, got {sim!r}")
+    if sim == "icarus":
+        return _build_icarus(verilog_text, top=top, waves=waves, extra_args=extra_args)
     from filelock import FileLock
 
     verilator_env()
@@ -218,6 +240,120 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
     return result
 
 
+# ---------------------------------------------------------------------------- Icarus Verilog
+
+# Waves for Icarus: cocotb's own dump module declares a `string` (SystemVerilog), which -g2005
+# rejects, so the build adds this Verilog-2005 one instead. vvp writes FST (the runner passes
+# -fst when waves are on, -none otherwise) into its working directory, the run's test_dir.
+_ICARUS_DUMP_TOP = "tcxl_iverilog_dump"
+_ICARUS_DUMP = """module {dump_top};
+initial begin
+    $dumpfile("dump.fst");
+    $dumpvars(0, {top});
+end
+endmodule
+"""
+
+
+def icarus_missing() -> str | None:
+    """Why Icarus Verilog cannot be used on this machine, or None when it can."""
+    missing = [exe for exe in ("iverilog", "vvp") if shutil.which(exe) is None]
+    if missing:
+        return (f"Icarus Verilog not found ({' and '.join(missing)} not on PATH); install it "
+                "(Debian/Ubuntu: apt-get install iverilog) or use `make test-icarus`")
+    return None
+
+
+@lru_cache(maxsize=1)
+def _icarus_versions() -> str:
+    lines = []
+    for exe in ("iverilog", "vvp"):
+        r = subprocess.run([exe, "-V"], capture_output=True, text=True)
+        lines.append(((r.stdout or r.stderr).strip().splitlines() or [f"{exe}: no version"])[0])
+    return " | ".join(lines)
+
+
+@contextmanager
+def _without_env_waves():
+    """cocotb's runner lets ``WAVES`` in the environment override its ``waves`` argument; for the
+    Icarus build that would add its SystemVerilog dump module, which -g2005 cannot compile."""
+    saved = os.environ.pop("WAVES", None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["WAVES"] = saved
+
+
+def _build_icarus(verilog_text: str, *, top: str, waves: bool, extra_args=()) -> Build:
+    from filelock import FileLock
+    import amaranth
+    import cocotb
+
+    reason = icarus_missing()
+    if reason:
+        raise CosimError(reason)
+    waves = waves_requested(waves)
+    args = tuple(ICARUS_ARGS) + tuple(extra_args)
+    h = hashlib.sha256()
+    versions = (f"amaranth={amaranth.__version__} cocotb={cocotb.__version__} "
+                f"{_icarus_versions()}")
+    for part in (f"scheme={_BUILD_SCHEME}", "sim=icarus", top, repr(args), f"waves={waves}",
+                 versions, verilog_text):
+        h.update(part.encode())
+        h.update(b"\0")
+    key = h.hexdigest()[:20]
+    build_dir = BUILD_ROOT / "sim" / f"icarus-{key}"
+    result = Build(build_dir=build_dir, top=top, key=key, waves=waves, sim="icarus")
+    build_dir.parent.mkdir(parents=True, exist_ok=True)
+
+    with FileLock(str(build_dir) + ".lock"):
+        if (build_dir / _DONE_MARKER).is_file():
+            return result
+        if build_dir.exists():
+            shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True)
+        source = build_dir / f"{top}.v"
+        source.write_text(verilog_text)
+        sources = [source]
+        build_args = list(args)
+        if waves:
+            dump = build_dir / f"{_ICARUS_DUMP_TOP}.v"
+            dump.write_text(_ICARUS_DUMP.format(dump_top=_ICARUS_DUMP_TOP, top=top))
+            sources.append(dump)
+            build_args += ["-s", _ICARUS_DUMP_TOP]
+        log = build_dir / "build.log"
+
+        from cocotb_tools.runner import get_runner
+        runner = get_runner("icarus")
+        t0 = time.monotonic()
+        try:
+            with _without_env_waves():
+                runner.build(sources=sources, hdl_toplevel=top, build_args=build_args,
+                             build_dir=build_dir, always=True, timescale=TIMESCALE, waves=False,
+                             log_file=log)
+        except (RuntimeError, subprocess.CalledProcessError, SystemExit) as e:
+            raise CosimError(f"Icarus build of {top} failed ({e}); log {log}:\n{_tail(log)}") \
+                from None
+        # The compiled image names the VPI modules of its language generation; only -g2009 and
+        # later load v2009.vpi. Its absence proves -g2005 won over the runner's -g2012.
+        if _vvp_is_sv(runner.sim_file):
+            raise CosimError(f"iverilog compiled {top} as SystemVerilog (v2009.vpi loaded by "
+                             f"{runner.sim_file}; args {build_args}): Yosys' always @* blocks "
+                             "would leave outputs at X. Icarus builds must end with -g2005")
+        (build_dir / _DONE_MARKER).write_text(f"{time.monotonic() - t0:.1f} s\n")
+    return result
+
+
+def _vvp_is_sv(vvp: Path) -> bool:
+    """True when the vvp image was compiled in SystemVerilog mode (-g2009 or later)."""
+    with open(vvp, errors="replace") as f:
+        head = [next(f, "") for _ in range(40)]
+    if not any(line.startswith(":ivl_version") for line in head):
+        raise CosimError(f"{vvp} does not look like a vvp image")
+    return any(line.startswith(":vpi_module") and "v2009.vpi" in line for line in head)
+
+
 def _fresh_run_dir(test_module: str) -> Path:
     runs = BUILD_ROOT / "runs"
     runs.mkdir(parents=True, exist_ok=True)
@@ -230,9 +366,10 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
         capture: bool = True) -> Results:
     """Run the cocotb tests of ``test_module`` against ``build`` and check they really ran.
 
-    ``test_filter`` is a regex on test names (parametrized names included). ``extra_env`` values
-    are passed as strings to the simulator process. ``test_dir`` (default: a fresh directory
-    under ``build/runs/``) receives ``results.xml``, ``sim.log`` and ``dump.vcd``. With
+    The simulator is the one ``build`` was made for (``build.sim``). ``test_filter`` is a regex on
+    test names (parametrized names included). ``extra_env`` values are passed as strings to the
+    simulator process. ``test_dir`` (default: a fresh directory under ``build/runs/``) receives
+    ``results.xml``, ``sim.log`` and ``dump.vcd`` (Icarus: ``dump.fst``). With
     ``capture`` the simulator's output goes to ``sim.log`` (its tail is quoted on failure),
     otherwise to this process's stdout.
 
@@ -245,9 +382,13 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
         raise TypeError(f"seed must be an int, got {seed!r}")
     waves = waves_requested(waves)
     if waves and not build.waves:
-        raise CosimError(f"waves requested but {build.build_dir} was built without --trace "
+        what = "--trace" if build.sim == "verilator" else "a dump module"
+        raise CosimError(f"waves requested but {build.build_dir} was built without {what} "
                          "(build with waves=True or WAVES=1)")
-    verilator_env()
+    if build.sim == "verilator":
+        verilator_env()
+    elif icarus_missing():
+        raise CosimError(icarus_missing())
     test_dir = Path(test_dir) if test_dir is not None else _fresh_run_dir(test_module)
     test_dir = test_dir.resolve()
     test_dir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +397,7 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     env = {str(k): str(v) for k, v in (extra_env or {}).items()}
     env.setdefault("PYTHONWARNINGS", SIM_WARNINGS)
 
-    runner = get_runner("verilator")
+    runner = get_runner(build.sim)
     sim_exit = 0
     try:
         runner.test(test_module=test_module, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
@@ -284,10 +425,12 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     if sim_exit:
         raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
     skipped = f", {n_skipped} skipped" if n_skipped else ""
-    print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, seed {seed})")
+    sim = "" if build.sim == "verilator" else f", {build.sim}"
+    print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, seed {seed}{sim})")
     RUNS.append((test_module, n_tests - n_skipped))
     if waves:
-        print(f"cocotb: waves in {test_dir / 'dump.vcd'}")
+        dump = "dump.vcd" if build.sim == "verilator" else "dump.fst"
+        print(f"cocotb: waves in {test_dir / dump}")
     return Results(n_tests=n_tests, n_failed=n_failed, results_xml=results_xml, test_dir=test_dir,
                    n_skipped=n_skipped)
 

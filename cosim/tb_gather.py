@@ -16,6 +16,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 
 from cosim.pmem import PmemModel
 from cosim.streams import StreamSink, StreamSource
+from cosim.trace import TraceRecorder
 from hw.config import DeviceConfig
 from hw.encodings import LookupError_
 from hw.gather.layouts import cmd_layout, cpl_layout
@@ -34,7 +35,7 @@ def bench_config() -> DeviceConfig:
 class GatherTB:
     """Device top + PMEM model + command/completion stream agents + golden model."""
 
-    def __init__(self, dut, *, latency=None, stall=0.0, seed=None):
+    def __init__(self, dut, *, latency=None, stall=0.0, seed=None, trace=False):
         self.dut = dut
         self.cfg = bench_config()
         # cocotb reseeds `random` per test from the run seed, so this is reproducible from it
@@ -45,6 +46,11 @@ class GatherTB:
         self.mem = MemoryImage(1 << self.cfg.addr_bits)
         ab = self.cfg.addr_bits
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        # trace=True: a passive boundary monitor (cosim.trace), started with the clock so its
+        # cycle numbers count this clock's edges; read it as self.trace.
+        self.trace = (TraceRecorder(dut, clock=dut.clk, reset=dut.rst, period_ns=CLOCK_NS,
+                                    streams={"cmd": cmd_layout(ab), "cpl": cpl_layout(ab)})
+                      if trace else None)
         stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
         self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=latency,
                               write_latency=latency, seed=self.seed, stall=stalls, mem=self.mem)

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
 JUNIT  := build/test-results.xml
 
-.PHONY: venv test demo bench verilog lint clean
+.PHONY: venv test test-icarus demo bench verilog lint clean
 
 venv: $(STAMP)
 
@@ -23,6 +23,12 @@ test: $(STAMP)
 	@mkdir -p build
 	$(PY) -m pytest tests --junitxml=$(JUNIT)
 	$(PY) -m cosim.build check-junit $(JUNIT) --require tests.cosim
+
+# Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
+# Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.
+test-icarus: $(STAMP)
+	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
+	TCXL_REQUIRE_ICARUS=1 $(PY) -m pytest tests/cosim/test_icarus.py
 
 demo: $(STAMP)
 	$(PY) -m cosim.demo

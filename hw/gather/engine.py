@@ -123,6 +123,7 @@ class GatherReduce(wiring.Component):
             for i, d in enumerate((16, 32, 64, 128)):
                 with m.Case(d):
                     m.d.comb += [dim_ok.eq(1), dl.eq(i)]
+
         def below(x, base):    # x < base, without a constant-false compare (Verilator lint)
             return (x < base) if base else 0
         row_shift = dl + 6
@@ -135,7 +136,8 @@ class GatherReduce(wiring.Component):
             (c.out_addr[:6] != 0, LookupError_.ALIGN, c.out_addr),
             (c.offsets_addr[:2] != 0, LookupError_.ALIGN, c.offsets_addr),
             (c.indices_addr[:2] != 0, LookupError_.ALIGN, c.indices_addr),
-            (below(c.table_base, t_base) | (table_end > t_end), LookupError_.ADDR_RANGE, c.table_base),
+            (below(c.table_base, t_base) | (table_end > t_end), LookupError_.ADDR_RANGE,
+             c.table_base),
             (below(c.offsets_addr, s_base) | (off_end > s_end), LookupError_.ADDR_RANGE,
              c.offsets_addr),
             (below(c.out_addr, s_base) | (out_end > s_end), LookupError_.ADDR_RANGE, c.out_addr),

@@ -21,7 +21,7 @@ from ..port_mux import RequestPortMux
 from ..reqport import DeviceRequestSignature
 from ..word_reader import WordReader
 from .issuer import RowIssuer
-from .layouts import bag_layout, cmd_layout, cpl_layout, tag_layout
+from .layouts import bag_layout, cmd_layout, cpl_layout, item_layout, tag_layout
 from .pool import PoolAccumulator, out_layout
 from .sequencer import BagSequencer
 from .walker import OffsetsWalker
@@ -29,6 +29,9 @@ from .walker import OffsetsWalker
 __all__ = ["GatherReduce"]
 
 ID_ROWS, ID_OFFSETS, ID_INDICES = 0, 1, 2
+# A buffered FIFO registers r_rdy, r_data and w_rdy, so it cuts valid and ready paths; depth 4
+# (not 2) so it still passes one entry per cycle.
+SLICE_DEPTH = 4
 
 
 class GatherReduce(wiring.Component):
@@ -73,7 +76,16 @@ class GatherReduce(wiring.Component):
         wiring.connect(m, off_rd.mem, mux.req_0)
         wiring.connect(m, idx_rd.mem, mux.req_1)
         rows_port = mux.req_2
-        wiring.connect(m, issuer.rd_req, rows_port.rd_req)
+        # register slice: cuts the row-read request path (and its ready path) between the
+        # issuer and the arbiter/AXI adapter (the FPGA critical path ran through here)
+        m.submodules.rd_slice = rd_slice = fifo.SyncFIFOBuffered(
+            width=issuer.rd_req.payload.shape().size, depth=SLICE_DEPTH)
+        wiring.connect(m, issuer.rd_req, rd_slice.w_stream)
+        m.d.comb += [
+            rows_port.rd_req.valid.eq(rd_slice.r_rdy),
+            rows_port.rd_req.payload.eq(rd_slice.r_data),
+            rd_slice.r_en.eq(rows_port.rd_req.ready),
+        ]
         wiring.connect(m, rows_port.rd_resp, pool.resp)
         out_payload = out_layout(ab)(out_q.r_data)
         m.d.comb += [
@@ -91,7 +103,15 @@ class GatherReduce(wiring.Component):
         wiring.connect(m, walker.bags, bag_q.w_stream)
         wiring.connect(m, bag_q.r_stream, seq.bags)
         wiring.connect(m, idx_rd.words, seq.indices)
-        wiring.connect(m, seq.items, issuer.items)
+        # register slice between the index checks and the row issuer (same reason)
+        m.submodules.item_slice = item_slice = ResetInserter(clear)(
+            fifo.SyncFIFOBuffered(width=item_layout.size, depth=SLICE_DEPTH))
+        wiring.connect(m, seq.items, item_slice.w_stream)
+        m.d.comb += [
+            issuer.items.valid.eq(item_slice.r_rdy),
+            issuer.items.payload.eq(item_slice.r_data),
+            item_slice.r_en.eq(issuer.items.ready),
+        ]
         wiring.connect(m, issuer.tags, tag_q.w_stream)
         wiring.connect(m, tag_q.r_stream, pool.tags)
         wiring.connect(m, pool.out, out_q.w_stream)
@@ -162,7 +182,8 @@ class GatherReduce(wiring.Component):
         with m.If(wr_done & rows_port.wr_resp.payload.err):
             m.d.sync += wr_err.eq(1)
 
-        drained = (off_rd.idle & idx_rd.idle & ~seq.items.valid & (tag_q.level == 0) &
+        drained = (off_rd.idle & idx_rd.idle & ~seq.items.valid & (item_slice.level == 0) &
+                   ~issuer.items.valid & (rd_slice.level == 0) & (tag_q.level == 0) &
                    (out_q.level == 0) & (wr_pending == 0))
         media_err = pool.media_err | off_rd.media_err | idx_rd.media_err | wr_err
         cpl = self.cpl.payload

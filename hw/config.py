@@ -80,9 +80,22 @@ class DeviceConfig:
 DEFAULT = DeviceConfig()
 
 
-# Named configurations used by generation, tests and benches (FPGA ones come with the synth flow).
+# Named configurations used by generation, tests, benches and the FPGA flow (docs/fpga.md).
 CONFIGS = {
     "default": DEFAULT,
+    # Simulation and benches: the default (512-bit media port, 256 reads/writes outstanding,
+    # which covers a PMEM read latency of 256 cycles at one line per cycle).
+    "sim": DEFAULT,
+    # FPGA prototype on a Lattice LFE5UM5G-85F (python -m hw.fpga.synth). Only the media port
+    # and the outstanding limits change; LOOKUP semantics (acc_bits, so max_bag, and the memory
+    # map) stay those of the default, so the same golden model and tests apply.
+    # - media_data_bits=128: the native port width of a DDR3 x16 controller at 4:1 on ECP5
+    #   (800 MT/s x 16 bit = 1.6 GB/s = 128 bit at 100 MHz); a line is a 4-beat burst.
+    # - max_reads=64: Little's law at one line per cycle covers a 64-cycle read latency (at
+    #   128-bit beats, one line per 4 cycles, it covers 256 cycles); the word readers then get
+    #   8 lines each (max_reads/8) and all engine FIFOs fit distributed RAM or a few DP16KD.
+    # - max_writes=64: pooled output lines are written at most at the row read rate.
+    "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64),
 }
 
 

@@ -1,0 +1,1 @@
+"""FPGA prototyping flow: synthesis harness, Yosys + nextpnr runs, constraints (docs/fpga.md)."""

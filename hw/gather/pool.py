@@ -5,11 +5,12 @@ tag of line ``k``: ``first`` starts a new sum, otherwise the line is added to ac
 (16 lanes of ``acc_bits`` signed bits, exact); on ``last`` the lane sums are saturated to int32
 and the output line is emitted on ``out`` at the next output line address (``out_line`` after
 ``start``), one per cycle. An ``empty`` tag emits a zero line without a response. ``sat``
-counts saturated lanes, ``lines`` the output lines emitted, ``media_err`` is set by a response
+counts saturated lanes (one cycle after the line is emitted), ``lines`` the output lines emitted, ``media_err`` is set by a response
 with ``err``. Throughput: one line per cycle; no added latency (combinational to ``out``).
 """
-from amaranth.hdl import Array, Cat, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..reqport import rd_resp_layout
@@ -41,9 +42,15 @@ class PoolAccumulator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         ab = self._acc_bits
-        acc = Array(Signal(LANES * ab, name=f"acc{i}") for i in range(8))
+        # Accumulators in an 8-entry memory with an asynchronous read port (LUT RAM on FPGAs)
+        # rather than eight registers behind a 768-bit multiplexer: same single-cycle
+        # read-modify-write, much less fan-out on ``k`` (the FPGA critical path was that mux).
+        m.submodules.acc = acc = Memory(shape=LANES * ab, depth=8, init=[])
+        acc_rd = acc.read_port(domain="comb")
+        acc_wr = acc.write_port()
         tag = self.tags.payload
-        cur = acc[tag.k]
+        m.d.comb += acc_rd.addr.eq(tag.k)
+        cur = acc_rd.data
         sums, outs, sats = [], [], []
         for i in range(LANES):
             x = self.resp.payload.data[i * 32:(i + 1) * 32].as_signed()
@@ -54,7 +61,6 @@ class PoolAccumulator(wiring.Component):
             sums.append(s)
             outs.append(Mux(hi, 0x7FFF_FFFF, Mux(lo, 0x8000_0000, s[:32])))
             sats.append(hi | lo)
-        n_sat = sum(sats)
 
         ptr = Signal.like(self.out_line)
         m.d.comb += self.out.payload.addr.eq(ptr)
@@ -66,20 +72,19 @@ class PoolAccumulator(wiring.Component):
                          self.out.payload.data.eq(Cat(*outs))]
             consume = self.tags.valid & self.resp.valid & (~tag.last | self.out.ready)
             m.d.comb += [self.tags.ready.eq(consume), self.resp.ready.eq(consume)]
+            m.d.comb += [acc_wr.addr.eq(tag.k), acc_wr.data.eq(Cat(*sums)),
+                         acc_wr.en.eq(consume & ~tag.last)]
             with m.If(consume):
-                with m.If(~tag.last):
-                    with m.Switch(tag.k):
-                        for i in range(8):
-                            with m.Case(i):
-                                m.d.sync += acc[i].eq(Cat(*sums))
                 with m.If(self.resp.payload.err):
                     m.d.sync += self.media_err.eq(1)
         emitted = self.out.valid & self.out.ready
+        # saturation flags of the line just emitted, counted one cycle later (off the path)
+        sat_flags = Signal(LANES)
+        m.d.sync += [sat_flags.eq(Mux(emitted & ~tag.empty, Cat(*sats), 0)),
+                     self.sat.eq(self.sat + sum(sat_flags))]
         with m.If(emitted):
             m.d.sync += [ptr.eq(ptr + 1), self.lines.eq(self.lines + 1)]
-            with m.If(~tag.empty):
-                m.d.sync += self.sat.eq(self.sat + n_sat)
         with m.If(self.start):
             m.d.sync += [ptr.eq(self.out_line), self.lines.eq(0), self.sat.eq(0),
-                         self.media_err.eq(0)]
+                         sat_flags.eq(0), self.media_err.eq(0)]
         return m

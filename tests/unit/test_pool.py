@@ -105,6 +105,7 @@ def test_pool_sums_exactly_and_saturates_both_rails(seed):
                 got = [s32(w) for w in words_of(o.data)]
                 assert got == e, f"dim lines {lines}, output line {j}: {got} != {e}"
             assert len(out) == len(exp)
+            await ctx.tick()    # contract: `sat` counts a line one cycle after it is emitted
             results.append((ctx.get(dut.sat), ctx.get(dut.lines), ctx.get(dut.media_err)))
             assert results[-1] == (sat, len(exp), int(err)), \
                 f"dim lines {lines}: (sat, lines, media_err) = {results[-1]}, want " \

@@ -12,6 +12,8 @@ Protocol (one job at a time):
 - ``media_err`` is set by a response with ``err`` during the job (cleared by ``start``).
 - Reads use id ``rd_id`` on ``mem`` with at most ``depth`` lines in flight plus buffered, so a
   response always has room and ``mem.rd_resp`` is never back-pressured (see reqport ordering).
+  Words pass through a 4-word output FIFO (2 cycles of latency): a line is released when its
+  last word enters it, so at most ``depth`` + 1 lines are requested and not yet consumed.
 
 Throughput: one word per cycle while lines arrive in time; sustained needs ``depth`` ≥
 latency/16 lines.
@@ -48,7 +50,6 @@ class WordReader(wiring.Component):
         m.submodules.lines = lines
 
         running = Signal()
-        draining = Signal()
         next_line = Signal(self._addr_bits - 6)
         in_flight = Signal(range(depth + 1))   # requested, response not yet received
         held = Signal(range(depth + 1))        # requested, line not yet consumed or dropped
@@ -72,12 +73,19 @@ class WordReader(wiring.Component):
             lines.w_data.eq(resp.payload.data),
             lines.w_en.eq(got & running),
         ]
-        # word output from the head line
+        # words of the head line go through a small word FIFO: its registered output and
+        # w_rdy keep the consumer's ready off the 512-bit line register's enable (the FPGA
+        # critical path ran from the word select through the sequencer back into r_en)
+        word_q = ResetInserter(self.flush)(fifo.SyncFIFOBuffered(width=32, depth=4))
+        m.submodules.word_q = word_q
         m.d.comb += [
-            self.words.valid.eq(lines.r_rdy & running),
-            self.words.payload.eq(lines.r_data.word_select(word, 32)),
+            word_q.w_data.eq(lines.r_data.word_select(word, 32)),
+            word_q.w_en.eq(lines.r_rdy & running & word_q.w_rdy),
+            self.words.valid.eq(word_q.r_rdy & running),
+            self.words.payload.eq(word_q.r_data),
+            word_q.r_en.eq(self.words.ready & running),
         ]
-        consumed_word = self.words.valid & self.words.ready
+        consumed_word = word_q.w_en
         popped = consumed_word & (word == 15)
         m.d.comb += lines.r_en.eq(popped)
         dropped = got & ~running     # response of a flushed job

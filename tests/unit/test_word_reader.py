@@ -106,7 +106,10 @@ class Bench:
             held = job_requests - consumed_lines
             self.max_held = max(self.max_held, held)
             if not self.flushed:
-                assert held <= DEPTH, f"{held} lines requested and not consumed > depth {DEPTH}"
+                # depth lines in flight or buffered, plus at most one line whose last words sit
+                # in the 4-word output buffer (a second would need 16 slots)
+                assert held <= DEPTH + 1, \
+                    f"{held} lines requested and not consumed > depth {DEPTH} + 1"
 
     async def start(self, ctx, addr, limit):
         d = self.dut
@@ -150,7 +153,7 @@ class Bench:
 @pytest.mark.parametrize("seed", [21, 22])
 def test_word_reader_streams_words_from_random_starts(seed):
     """Jobs at random 4-aligned starts: the N words come out in address order equal to memory,
-    under consumer and request stalls; no line at or past ``limit`` is read; at most ``depth``
+    under consumer and request stalls; no line at or past ``limit`` is read; at most ``depth`` + 1
     lines requested and not consumed; every job ends with flush -> idle."""
     rng = make_rng(seed)
     b = Bench(rng)
@@ -172,7 +175,7 @@ def test_word_reader_streams_words_from_random_starts(seed):
 
     simulate(b.dut, [tb], b.background(), max_cycles=10000, name=f"word_reader_{seed}")
     assert len(done) == 16
-    assert b.max_held == DEPTH, "prefetch never filled the buffer (weak stimulus)"
+    assert b.max_held >= DEPTH, "prefetch never filled the buffer (weak stimulus)"
 
 
 @pytest.mark.parametrize("seed", [23, 24])

@@ -34,7 +34,7 @@ def summarize(rep) -> str:
     row_bytes = sum(x["rows_gathered"] * x["dim"] * 4 for x in t)
     idx_bytes = sum(x["index_bytes"] + x["offset_bytes"] for x in t)
     out_bytes = sum(x["out_lines"] * 64 for x in t)
-    without = row_bytes + idx_bytes * 0      # host gathers every row itself
+    without = row_bytes                      # host gathers every row itself
     with_ndp = idx_bytes + out_bytes         # host sends index lists, reads pooled rows
     ok = rep["first_mismatch"] is None and all(x["match"] for x in t)
     lines = [

@@ -11,7 +11,7 @@ entries) -> pool (exact sums, saturate, out FIFO) -> line writes. The engine com
 every read it issued has returned and every write it issued is acknowledged (persistent), so
 nothing of a command is in flight after its completion, even after an error.
 """
-from amaranth.hdl import Module, ResetInserter, Signal
+from amaranth.hdl import Module, ResetInserter, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -21,7 +21,7 @@ from ..port_mux import RequestPortMux
 from ..reqport import DeviceRequestSignature
 from ..word_reader import WordReader
 from .issuer import RowIssuer
-from .layouts import bag_layout, cmd_layout, cpl_layout, item_layout, tag_layout
+from .layouts import bag_layout, cmd_layout, cpl_layout, tag_layout
 from .pool import PoolAccumulator, out_layout
 from .sequencer import BagSequencer
 from .walker import OffsetsWalker
@@ -32,6 +32,18 @@ ID_ROWS, ID_OFFSETS, ID_INDICES = 0, 1, 2
 # A buffered FIFO registers r_rdy, r_data and w_rdy, so it cuts valid and ready paths; depth 4
 # (not 2) so it still passes one entry per cycle.
 SLICE_DEPTH = 4
+
+
+def register_slice(m, name, src, dst, *, reset=None):
+    """Join stream ``src`` to stream ``dst`` (same payload shape) through a depth-SLICE_DEPTH
+    buffered FIFO, optionally reset by ``reset``; returns the FIFO (for its ``level``)."""
+    q = fifo.SyncFIFOBuffered(width=Shape.cast(src.payload.shape()).width, depth=SLICE_DEPTH)
+    if reset is not None:
+        q = ResetInserter(reset)(q)
+    m.submodules[name] = q
+    wiring.connect(m, src, q.w_stream)
+    m.d.comb += [dst.valid.eq(q.r_rdy), dst.payload.eq(q.r_data), q.r_en.eq(dst.ready)]
+    return q
 
 
 class GatherReduce(wiring.Component):
@@ -78,14 +90,7 @@ class GatherReduce(wiring.Component):
         rows_port = mux.req_2
         # register slice: cuts the row-read request path (and its ready path) between the
         # issuer and the arbiter/AXI adapter (the FPGA critical path ran through here)
-        m.submodules.rd_slice = rd_slice = fifo.SyncFIFOBuffered(
-            width=issuer.rd_req.payload.shape().size, depth=SLICE_DEPTH)
-        wiring.connect(m, issuer.rd_req, rd_slice.w_stream)
-        m.d.comb += [
-            rows_port.rd_req.valid.eq(rd_slice.r_rdy),
-            rows_port.rd_req.payload.eq(rd_slice.r_data),
-            rd_slice.r_en.eq(rows_port.rd_req.ready),
-        ]
+        rd_slice = register_slice(m, "rd_slice", issuer.rd_req, rows_port.rd_req)
         wiring.connect(m, rows_port.rd_resp, pool.resp)
         out_payload = out_layout(ab)(out_q.r_data)
         m.d.comb += [
@@ -104,14 +109,7 @@ class GatherReduce(wiring.Component):
         wiring.connect(m, bag_q.r_stream, seq.bags)
         wiring.connect(m, idx_rd.words, seq.indices)
         # register slice between the index checks and the row issuer (same reason)
-        m.submodules.item_slice = item_slice = ResetInserter(clear)(
-            fifo.SyncFIFOBuffered(width=item_layout.size, depth=SLICE_DEPTH))
-        wiring.connect(m, seq.items, item_slice.w_stream)
-        m.d.comb += [
-            issuer.items.valid.eq(item_slice.r_rdy),
-            issuer.items.payload.eq(item_slice.r_data),
-            item_slice.r_en.eq(issuer.items.ready),
-        ]
+        item_slice = register_slice(m, "item_slice", seq.items, issuer.items, reset=clear)
         wiring.connect(m, issuer.tags, tag_q.w_stream)
         wiring.connect(m, tag_q.r_stream, pool.tags)
         wiring.connect(m, pool.out, out_q.w_stream)

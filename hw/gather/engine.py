@@ -129,7 +129,6 @@ class GatherReduce(wiring.Component):
             issuer.dim_log.eq(dim_log), issuer.table_line.eq(c.table_base >> 6),
             pool.out_line.eq(c.out_addr >> 6),
             off_rd.start_addr.eq(c.offsets_addr),
-            off_rd.limit.eq(c.offsets_addr + ((c.n_bags + 1) << 2)),
         ]
 
         # ---- command-level checks (docs/lookup.md 1-3), evaluated in CHECK -----------------
@@ -146,7 +145,8 @@ class GatherReduce(wiring.Component):
             return (x < base) if base else 0
         row_shift = dl + 6
         table_end = c.table_base + (c.table_rows << row_shift)
-        off_end = c.offsets_addr + ((c.n_bags + 1) << 2)
+        off_end = c.offsets_addr + ((c.n_bags + 1) << 2)    # also the offsets reader's limit
+        m.d.comb += off_rd.limit.eq(off_end)
         out_end = c.out_addr + (c.n_bags << row_shift)
         checks = [
             (~dim_ok, LookupError_.BAD_DIM, c.dim),
@@ -180,8 +180,10 @@ class GatherReduce(wiring.Component):
         with m.If(wr_done & rows_port.wr_resp.payload.err):
             m.d.sync += wr_err.eq(1)
 
+        # (a slice's level counts its output register, so level 0 also means the issuer holds
+        # no item)
         drained = (off_rd.idle & idx_rd.idle & ~seq.items.valid & (item_slice.level == 0) &
-                   ~issuer.items.valid & (rd_slice.level == 0) & (tag_q.level == 0) &
+                   (rd_slice.level == 0) & (tag_q.level == 0) &
                    (out_q.level == 0) & (wr_pending == 0))
         media_err = pool.media_err | off_rd.media_err | idx_rd.media_err | wr_err
         cpl = self.cpl.payload

@@ -64,8 +64,7 @@ class OffsetsWalker(wiring.Component):
                 m.d.comb += [self.busy.eq(1), self.offsets.ready.eq(1)]
                 with m.If(self.offsets.valid):
                     m.d.sync += s.eq(e)
-                    m.d.comb += [self.idx_start.eq(1),
-                                 self.idx_start_addr.eq(self.indices_addr + (e << 2))]
+                    m.d.comb += [self.idx_start.eq(1), self.idx_start_addr.eq(end_addr)]
                     with m.If(self.n_bags == 0):
                         m.next = "DONE"
                     with m.Else():

@@ -36,7 +36,7 @@ def summarize(rep) -> str:
     out_bytes = sum(x["out_lines"] * 64 for x in t)
     without = row_bytes                      # host gathers every row itself
     with_ndp = idx_bytes + out_bytes         # host sends index lists, reads pooled rows
-    ok = rep["first_mismatch"] is None and all(x["match"] for x in t)
+    ok = rep["first_mismatch"] is None
     lines = [
         "",
         "TrainingCXL demo: near-data LOOKUP (gather + sum-pool) on the RTL",

@@ -3,6 +3,8 @@
 Run through tests/cosim/test_gather.py (one Verilator build per configuration). Every test
 compares the completion and the whole memory image with the golden model.
 """
+from dataclasses import replace
+
 import cocotb
 import numpy as np
 
@@ -58,8 +60,7 @@ async def lookup_offsets_start_mid_line(dut):
         offsets = np.concatenate([np.full(w, 0xFFFF_FFF0, np.uint32),
                                   np.array([0, 3, 3, 7], np.uint32)])
         job = tb.job(table, offsets, rng.integers(0, 40, 7).astype(np.uint32), tag=w)
-        cmd = job.cmd.__class__(**{**vars(job.cmd), "offsets_addr": job.cmd.offsets_addr + 4 * w,
-                                   "n_bags": 3})
+        cmd = replace(job.cmd, offsets_addr=job.cmd.offsets_addr + 4 * w, n_bags=3)
         await tb.check(cmd, E.OK)
 
 
@@ -93,7 +94,7 @@ def _err_cases(tb):
     t_end = cfg.table_base + cfg.table_size
 
     def c(**kw):
-        return good.__class__(**{**vars(good), **kw})
+        return replace(good, **kw)
 
     bad_idx = tb.job(table, np.array([0, 2, 4, 6], np.uint32),
                      np.array([1, 2, 3, rows, 5, 6], np.uint32)).cmd
@@ -154,5 +155,5 @@ async def lookup_random_with_stalls(dut, stall, latency):
                             extreme=tb.rng.choice([0.0, 0.3]), tag=i)
         cmd = job.cmd
         if tb.rng.random() < 0.3 and cmd.n_bags:
-            cmd = cmd.__class__(**{**vars(cmd), "table_rows": max(0, cmd.table_rows - 5)})
+            cmd = replace(cmd, table_rows=max(0, cmd.table_rows - 5))
         await tb.check(cmd)

@@ -6,6 +6,7 @@ but ``cycles``) and the *whole* memory image to be identical, so a write outside
 buffer is caught too. Parameters come from the environment (see ``cosim.build``):
 ``TCXL_CONFIG`` (DeviceConfig JSON), ``TCXL_LATENCY`` (PMEM read/write latency, default 20).
 """
+import dataclasses
 import os
 import random
 
@@ -75,9 +76,6 @@ class GatherTB:
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
 
-    def now(self) -> int:
-        return cocotb.utils.get_sim_time("ns") // CLOCK_NS
-
     # -- workloads ---------------------------------------------------------------------------
     def job(self, table, offsets, indices, *, tag=0, poison=0x5A5A5A5A) -> LookupJob:
         """Lay a job out in this bench's memory (output buffer pre-filled with ``poison``)."""
@@ -92,15 +90,11 @@ class GatherTB:
         offsets, indices = make_bags(rng, n_bags, pooling, rows, mode=mode, alpha=alpha)
         return self.job(table, offsets, indices, tag=tag)
 
-    def raw_cmd(self, **fields) -> LookupCmd:
-        return LookupCmd(**fields)
-
     # -- execution ---------------------------------------------------------------------------
     async def run_rtl(self, cmd: LookupCmd, timeout_cycles=None) -> LookupCompletion:
         lines = cmd.n_bags * max(cmd.dim, 16) // 16 if cmd.dim in (16, 32, 64, 128) else 0
         budget = timeout_cycles or (200_000 + 40 * (self.latency + 8) * (lines + 64))
-        await self.cmd.send(vars(cmd) if not hasattr(cmd, "__dataclass_fields__")
-                            else {f: getattr(cmd, f) for f in cmd.__dataclass_fields__})
+        await self.cmd.send(dataclasses.asdict(cmd))
         for _ in range(budget):
             await RisingEdge(self.dut.clk)
             if not self.cpl.empty():
@@ -108,15 +102,20 @@ class GatherTB:
         raise AssertionError(f"LOOKUP tag={cmd.tag} did not complete within {budget} cycles "
                              f"(seed {self.seed})")
 
-    async def check(self, cmd: LookupCmd, expect_code=None) -> LookupCompletion:
-        """Run ``cmd`` on the golden model and the RTL; require identical completion and memory."""
+    async def compare(self, cmd: LookupCmd, *, limit=8):
+        """Run ``cmd`` on the golden model and the RTL. Returns the RTL completion, the
+        completion fields that differ and the first ``limit`` memory-image differences
+        (``(address, description)``); all empty when the RTL equals the model."""
         gold_mem = self.mem.copy()
         want = DeviceModel(self.cfg, gold_mem).lookup(cmd)
         got = await self.run_rtl(cmd)
-        diffs = want.mismatches(got)
+        return got, want.mismatches(got), gold_mem.diff(self.mem, limit=limit)
+
+    async def check(self, cmd: LookupCmd, expect_code=None) -> LookupCompletion:
+        """Run ``cmd`` on the golden model and the RTL; require identical completion and memory."""
+        got, diffs, mdiff = await self.compare(cmd)
         assert not diffs, (f"completion mismatch (golden vs RTL) for {cmd}: {diffs} "
                            f"(seed {self.seed})")
-        mdiff = gold_mem.diff(self.mem, limit=8)
         assert not mdiff, ("memory image mismatch (golden vs RTL), first differences:\n" +
                            "\n".join(f"{a:#x}: {d}" for a, d in mdiff) + f"\n(seed {self.seed})")
         if expect_code is not None:

@@ -29,8 +29,9 @@ never used; tests are selected with ``test_filter`` (a regex), never ``testcase`
 raises unless its results file shows at least one test and no failure, since
 ``runner.test()`` returns normally when the test module failed to import.
 
-Verilator options: exactly the three waivers Amaranth output needs, plus ``-CFLAGS -O3`` (20-40 %
-faster simulation for a few seconds more of C++ compilation). ``--x-assign``/``--x-initial`` keep
+Verilator options: exactly the three waivers Amaranth output needs, plus ``--assert`` (the RTL's
+``Assert``s stop the simulation); the per-cycle C++ is compiled with ``-O2`` and the rest
+unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep
 Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog initialises
 every register explicitly, so no X-dependent behaviour is expected.
 """
@@ -38,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import importlib.util
 import os
 import shutil
@@ -61,7 +63,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_ROOT = REPO_ROOT / "build"
 
 WAIVERS = ("-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC")
-VERILATOR_ARGS = WAIVERS + ("-CFLAGS", "-O3")
+# --assert: the RTL's Assert()s (immediate assertions) stop the simulation when they fail
+VERILATOR_ARGS = WAIVERS + ("--assert",)
 TIMESCALE = ("1ns", "1ps")
 SIMULATORS = ("verilator", "icarus")
 # cocotb's Icarus runner puts -g2012 before these; iverilog takes the last -g<generation>.
@@ -69,7 +72,11 @@ ICARUS_ARGS = ("-g2005",)
 
 # The wheel's verilated.mk leaves this empty, so a design split into several C++ files fails to
 # link (`Vtop__pch.h.slow: linker input file not found`).
-_MAKEFLAGS = "CFG_CXXFLAGS_PCH_I=-include"
+_MAKEFLAGS = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds run one at a time
+# Optimise only the per-cycle code (OPT_FAST); the "slow" files (constructors, the VPI symbol
+# table that cocotb's public signals make huge) stay unoptimised: with -O3 on everything the
+# C++ compile of the device top took over 7 minutes, and it gains nothing at run time.
+_MAKEFLAGS += " OPT_FAST=-O2"
 
 # Warnings are errors inside the simulator's Python too. The one exception: cocotbext-axi 0.1.28
 # (the newest release) still calls APIs that cocotb 2 deprecated (setimmediatevalue, Edge,
@@ -285,6 +292,16 @@ def _without_env_waves():
             os.environ["WAVES"] = saved
 
 
+_ASSERT = re.compile(r"^(\s*)assert \((.*)\);$", re.M)
+
+
+def icarus_assertions(verilog_text: str) -> str:
+    """Yosys writes Amaranth's ``Assert`` as an SV immediate ``assert (x);``, which
+    ``iverilog -g2005`` rejects: rewrite each as ``if (!(x)) $finish(1);`` (the message is already
+    printed by the ``$write`` Yosys puts before it), so a failing assertion still ends the run."""
+    return _ASSERT.sub(r"\1if (!(\2)) $finish(1);", verilog_text)
+
+
 def _build_icarus(verilog_text: str, *, top: str, waves: bool, extra_args=()) -> Build:
     from filelock import FileLock
     import amaranth
@@ -293,6 +310,7 @@ def _build_icarus(verilog_text: str, *, top: str, waves: bool, extra_args=()) ->
     reason = icarus_missing()
     if reason:
         raise CosimError(reason)
+    verilog_text = icarus_assertions(verilog_text)
     waves = waves_requested(waves)
     args = tuple(ICARUS_ARGS) + tuple(extra_args)
     h = hashlib.sha256()

@@ -71,10 +71,19 @@ class GatherTB:
             yield r.random() < p
 
     async def reset(self):
+        """Reset; the host's CXL.mem channels stay idle (driven, so no simulator sees X/Z on
+        them); returns once the DCOH finished its init sweep."""
+        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
+            getattr(self.dut, f"{ch}__valid").value = 0
+            getattr(self.dut, f"{ch}__payload").value = 0
+        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
+            getattr(self.dut, f"{ch}__ready").value = 1
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
         self.dut.rst.value = 0
         await ClockCycles(self.dut.clk, 2)
+        while not self.dut.ready.value:
+            await RisingEdge(self.dut.clk)
 
     # -- workloads ---------------------------------------------------------------------------
     def job(self, table, offsets, indices, *, tag=0, poison=0x5A5A5A5A) -> LookupJob:

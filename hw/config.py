@@ -9,6 +9,10 @@ LINE_BYTES = 64
 ELEM_BYTES = 4
 ELEMS_PER_LINE = LINE_BYTES // ELEM_BYTES
 SUPPORTED_DIMS = (16, 32, 64, 128)
+# Regions of the memory map (architecture 4); host access per region in docs/coherence.md
+REGIONS = ("table", "staging", "log", "superblock", "slots")
+HOST_RW_REGIONS = ("table", "staging")        # coherent, host may cache
+HOST_RO_REGIONS = ("superblock", "slots")     # host may read the current value, never cache
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,22 @@ class DeviceConfig:
     table_size: int = 1 << 34
     staging_base: int = 0x10_0000_0000
     staging_size: int = 1 << 30
+    # device-only persistent regions (docs/coherence.md: host access is refused / read-only)
+    log_base: int = 0x04_0000_0000
+    log_size: int = 1 << 30
+    superblock_base: int = 0x04_4000_0000
+    superblock_size: int = 4096
+    slots_base: int = 0x04_8000_0000
+    slots_size: int = 1 << 29
+    # DCOH (docs/coherence.md)
+    sf_sets: int = 64          # snoop-filter sets (power of two)
+    sf_ways: int = 4           # snoop-filter ways
+    bi_tags: int = 8           # BISnp tracker entries (BITags)
+    park_slots: int = 4        # host Reqs that may wait for a BIRsp without blocking the Req channel
+    host_reads: int = 256      # host media reads in flight (DRS context FIFO depth)
+    host_writes: int = 256     # host media writes in flight (Cmp context FIFO depth)
+    wr_buckets: int = 256      # hashed in-flight-write counters that order host reads after writes
+    poison_lines: int = 8      # lines remembered as poisoned by host writes
 
     def __post_init__(self):
         def need(cond, msg):
@@ -47,15 +67,26 @@ class DeviceConfig:
         need(1 <= self.axi_id_bits <= 16, f"axi_id_bits must be 1..16, got {self.axi_id_bits!r}")
         need(0 <= self.frac_bits <= 30, f"frac_bits must be 0..30, got {self.frac_bits!r}")
         need(33 <= self.acc_bits <= 64, f"acc_bits must be 33..64, got {self.acc_bits!r}")
-        for r in ("table", "staging"):
-            base, size = getattr(self, r + "_base"), getattr(self, r + "_size")
-            need(base % LINE_BYTES == 0 and size % LINE_BYTES == 0 and size > 0,
-                 f"{r} region must be line aligned and non-empty, got base={base:#x} size={size:#x}")
-            need(base + size <= (1 << self.addr_bits),
-                 f"{r} region [{base:#x}, {base + size:#x}) exceeds addr_bits={self.addr_bits}")
-        t0, t1 = self.table_base, self.table_base + self.table_size
-        s0, s1 = self.staging_base, self.staging_base + self.staging_size
-        need(t1 <= s0 or s1 <= t0, "table and staging regions overlap")
+        spans = [(r, getattr(self, r + "_base"), getattr(self, r + "_base") + getattr(self, r + "_size"))
+                 for r in REGIONS]
+        for r, base, end in spans:
+            need(base % LINE_BYTES == 0 and end > base and (end - base) % LINE_BYTES == 0,
+                 f"{r} region must be line aligned and non-empty, got base={base:#x} "
+                 f"size={end - base:#x}")
+            need(end <= (1 << self.addr_bits),
+                 f"{r} region [{base:#x}, {end:#x}) exceeds addr_bits={self.addr_bits}")
+        for i, (r, b0, e0) in enumerate(spans):
+            for q, b1, e1 in spans[i + 1:]:
+                need(e0 <= b1 or e1 <= b0, f"{r} and {q} regions overlap")
+        for name, lo, hi in (("sf_sets", 1, 4096), ("sf_ways", 1, 16), ("bi_tags", 1, 64),
+                             ("park_slots", 1, 16), ("host_reads", 2, 4096),
+                             ("host_writes", 2, 4096), ("wr_buckets", 1, 4096),
+                             ("poison_lines", 1, 64)):
+            v = getattr(self, name)
+            need(isinstance(v, int) and lo <= v <= hi, f"{name} must be {lo}..{hi}, got {v!r}")
+        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets"):
+            v = getattr(self, name)
+            need(v & (v - 1) == 0, f"{name} must be a power of two, got {v}")
 
     @property
     def max_bag(self) -> int:
@@ -65,6 +96,14 @@ class DeviceConfig:
     @property
     def beats_per_line(self) -> int:
         return 512 // self.media_data_bits
+
+    def region_of(self, addr: int):
+        """Name of the region holding byte address ``addr``, or None (outside HDM)."""
+        for r in REGIONS:
+            base = getattr(self, r + "_base")
+            if base <= addr < base + getattr(self, r + "_size"):
+                return r
+        return None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -95,7 +134,9 @@ CONFIGS = {
     #   128-bit beats, one line per 4 cycles, it covers 256 cycles); the word readers then get
     #   8 lines each (max_reads/8) and all engine FIFOs fit distributed RAM or a few DP16KD.
     # - max_writes=64: pooled output lines are written at most at the row read rate.
-    "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64),
+    # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
+    "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64, sf_sets=16,
+                               bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64),
 }
 
 

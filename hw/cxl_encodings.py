@@ -90,3 +90,22 @@ CHANNEL_FIELDS = {"m2s_req": M2S_REQ_FIELDS, "m2s_rwd": M2S_RWD_FIELDS,
                   "s2m_ndr": S2M_NDR_FIELDS, "s2m_drs": S2M_DRS_FIELDS}
 # Channels that carry a 64 B data payload beside the header (RwD also 64 byte enables)
 DATA_CHANNELS = ("m2s_rwd", "s2m_drs")
+
+
+class DcohError(enum.IntEnum):
+    """Errors the DCOH reports (``err_code`` with the line address; docs/coherence.md)."""
+    NONE = 0
+    NXM = 1              # host access outside every region: reads get MemData-NXM, rest Cmp
+    REFUSED = 2          # host access the region does not allow (log; writes/caching reads of
+                         # superblock and slots): answered like NXM, nothing written
+    ILLEGAL_REQ = 3      # Req opcode/SnpType/meta combination not in the legal table
+    ILLEGAL_RWD = 4      # RwD opcode/SnpType/meta combination not in the legal table
+    BIRSP_TAG = 5        # BIRsp for a BITag with no BISnp outstanding (rule 7)
+    BIRSP_KIND = 6       # BIRsp opcode not allowed for the BISnp it answers (incl. Blk)
+    POISON_FULL = 7      # poisoned write while the poison table is full: write dropped
+    SF_MISS_OWNED = 8    # MemWr keeping A/S for a line the snoop filter does not hold
+    MEDIA = 9            # media error on a host read (data sent with poison)
+
+
+# Device request port ids the DCOH reserves for its own media traffic (engines use 0..14)
+HOST_MEDIA_ID = 15

@@ -1,10 +1,14 @@
-"""Device top (current slice): LOOKUP command stream in, completions out, AXI4 media port.
+"""Device top (current slice): CXL.mem channels, LOOKUP command stream, AXI4 media port.
 
-Only wiring: GatherReduce's device request port goes to the media adapter. Later slices put the
-DCOH between them and the CXL.mem channels and CSRs in front.
+Only wiring: GatherReduce's device request port goes through the DCOH (which snoops the host
+before device reads and writes, docs/coherence.md) to the media adapter. CSRs and the command
+processor come in front later.
 
-Verilog ports: ``clk``, ``rst`` (active high), ``cmd__{payload,valid,ready}``,
-``cpl__{payload,valid,ready}``, ``m_axi__*`` (AXI4 master), ``busy``.
+Verilog ports: ``clk``, ``rst`` (active high), ``m2s_req``/``m2s_rwd``/``m2s_birsp`` (in),
+``s2m_ndr``/``s2m_drs``/``s2m_bisnp`` (out) as ``<ch>__{payload,valid,ready}``,
+``cmd__{payload,valid,ready}``, ``cpl__{payload,valid,ready}``, ``m_axi__*`` (AXI4 master),
+``busy``, ``ready`` (DCOH initialised), DCOH error report ``err``/``err_code``/``err_addr`` and
+counters ``bisnp_sent``/``conflicts``/``proto_errors``.
 """
 from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
@@ -12,6 +16,8 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature
 from .config import DeviceConfig
+from .cxl.messages import channel_signature
+from .dcoh import DCOH
 from .gather.layouts import cmd_layout, cpl_layout
 from .gather import GatherReduce
 from .media_axi import MediaAXI
@@ -33,15 +39,34 @@ class TrainingCXLDevice(wiring.Component):
             "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
                                        id_width=cfg.axi_id_bits)),
             "busy": Out(1),
+            "m2s_req": In(channel_signature("m2s_req")),
+            "m2s_rwd": In(channel_signature("m2s_rwd")),
+            "m2s_birsp": In(channel_signature("m2s_birsp")),
+            "s2m_ndr": Out(channel_signature("s2m_ndr")),
+            "s2m_drs": Out(channel_signature("s2m_drs")),
+            "s2m_bisnp": Out(channel_signature("s2m_bisnp")),
+            "ready": Out(1),
+            "err": Out(1), "err_code": Out(4), "err_addr": Out(ab - 6),
+            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
         # engines
         m.submodules.gather = gather = GatherReduce(self.cfg)
+        # coherency engine: host CXL.mem channels, engine requests → media requests
+        m.submodules.dcoh = dcoh = DCOH(self.cfg)
+        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
+            wiring.connect(m, wiring.flipped(getattr(self, ch)), getattr(dcoh, ch))
+        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
+            wiring.connect(m, getattr(dcoh, ch), wiring.flipped(getattr(self, ch)))
+        wiring.connect(m, gather.mem, dcoh.dev)
+        for name in ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
+                     "proto_errors"):
+            m.d.comb += getattr(self, name).eq(getattr(dcoh, name))
         # media port
         m.submodules.media = media = MediaAXI(self.cfg)
-        wiring.connect(m, gather.mem, media.port)
+        wiring.connect(m, dcoh.mem, media.port)
         wiring.connect(m, wiring.flipped(self.m_axi), media.axi)
         # host-facing command/completion streams
         wiring.connect(m, wiring.flipped(self.cmd), gather.cmd)

@@ -1,6 +1,8 @@
 """Golden model of the device (pure Python + numpy).
 
-Imports only ``hw.config`` and ``hw.encodings`` from the hardware tree, never Amaranth or cocotb.
-Modules: ``fixedpoint`` (number format), ``memory`` (sparse device memory image), ``device``
-(LOOKUP semantics of docs/lookup.md), ``workload`` (seeded workload generation and layout).
+Imports only ``hw.config``, ``hw.encodings`` and ``hw.cxl_encodings`` from the hardware tree
+(parameters and encodings, no behaviour), never Amaranth or cocotb. Modules: ``fixedpoint``
+(number format), ``memory`` (sparse device memory image), ``device`` (LOOKUP semantics of
+docs/lookup.md), ``workload`` (seeded workload generation and layout), ``coherence`` (DCOH
+reference of docs/coherence.md: expected answers, host permissions, data-value checker).
 """

@@ -1,5 +1,5 @@
-"""Importing every sw_model module loads neither amaranth nor cocotb, nor any hw module but
-hw.config and hw.encodings."""
+"""Importing every sw_model module loads neither amaranth nor cocotb, nor any hw module but the
+pure-Python shared encodings (hw.config, hw.encodings, hw.cxl_encodings)."""
 import pathlib
 import subprocess
 import sys
@@ -9,7 +9,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_sw_model_imports_no_amaranth_cocotb_or_other_hw_modules():
     code = ("import sys, sw_model, sw_model.fixedpoint, sw_model.memory, sw_model.device, "
-            "sw_model.workload\n"
+            "sw_model.workload, sw_model.coherence\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('amaranth', 'cocotb', 'hw')))")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert r.stdout.strip() == "['hw', 'hw.config', 'hw.encodings']", r.stdout + r.stderr
+    assert r.stdout.strip() == "['hw', 'hw.config', 'hw.cxl_encodings', 'hw.encodings']", r.stdout + r.stderr

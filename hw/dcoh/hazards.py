@@ -1,0 +1,124 @@
+"""Small per-line tables of the DCOH: in-flight media writes (hashed) and poisoned lines.
+
+``WriteBuckets``: per bucket (the low ``log2(n)`` bits of a line address) the number of media
+writes issued and not yet answered. ``inc`` counts a write when it is decided, ``dec`` uncounts
+it when its B response returns (one of each per cycle). ``q[i].line`` → ``q[i].busy``
+(combinational) says a write to a line with the same hash may be in flight; a read waits for
+``busy`` low so it cannot pass such a write in the media controller.
+
+``PoisonTable``: up to ``n`` line addresses written with poison. ``q[i].line`` → ``q[i].hit``;
+``set_en``/``set_line`` adds a line (``full`` when no room and the line is not listed; adding
+then is the caller's error); ``clr[k]`` ports remove a line. Set and clear of one line in one
+cycle: the set wins.
+"""
+from amaranth.hdl import Module, Signal, Cat
+from amaranth.lib.memory import Memory
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["WriteBuckets", "PoisonTable"]
+
+
+class LineQuery(wiring.Signature):
+    def __init__(self, line_bits, out_name):
+        super().__init__({"line": Out(line_bits), out_name: In(1)})
+
+
+class LineStrobe(wiring.Signature):
+    def __init__(self, line_bits):
+        super().__init__({"en": Out(1), "line": Out(line_bits)})
+
+
+def _log2(n):
+    return (n - 1).bit_length()
+
+
+class WriteBuckets(wiring.Component):
+    """Two counter memories per bucket, ``issued`` and ``retired``, each only ever incremented
+    (modulo ``2 ** w`` with ``2 ** (w - 1) > max_count``); a bucket is busy when they differ.
+    One increment of each per cycle, so both fit one write port each (compact in Verilog and in
+    LUT RAM). After reset an init sweep zeroes both (``n`` cycles, ``ready`` low)."""
+
+    def __init__(self, *, n, max_count, line_bits, n_query=1):
+        if n < 1 or n & (n - 1):
+            raise ValueError(f"bucket count must be a power of two, got {n!r}")
+        self._n, self._w, self._hb = n, max_count.bit_length() + 1, _log2(n)
+        super().__init__({
+            "ready": Out(1),
+            "inc": In(LineStrobe(line_bits)),
+            "dec": In(LineStrobe(line_bits)),
+            "q": In(LineQuery(line_bits, "busy")).array(n_query),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        hb, n, w = self._hb, self._n, self._w
+
+        def bucket(line):
+            return line[:hb] if hb else 0
+
+        init_busy = Signal(init=1)
+        init_idx = Signal(max(hb, 1))
+        with m.If(init_busy):
+            m.d.sync += init_idx.eq(init_idx + 1)
+            with m.If(init_idx == n - 1):
+                m.d.sync += init_busy.eq(0)
+        m.d.comb += self.ready.eq(~init_busy)
+
+        rd = {}
+        for name, strobe in (("issued", self.inc), ("retired", self.dec)):
+            mem = Memory(shape=w, depth=n, init=[])
+            m.submodules[name] = mem
+            own = mem.read_port(domain="comb")
+            wp = mem.write_port()
+            m.d.comb += own.addr.eq(bucket(strobe.line))
+            with m.If(init_busy):
+                m.d.comb += [wp.addr.eq(init_idx), wp.en.eq(1), wp.data.eq(0)]
+            with m.Else():
+                m.d.comb += [wp.addr.eq(bucket(strobe.line)), wp.en.eq(strobe.en),
+                             wp.data.eq(own.data + 1)]
+            rd[name] = []
+            for q in self.q:
+                p = mem.read_port(domain="comb")
+                m.d.comb += p.addr.eq(bucket(q.line))
+                rd[name].append(p.data)
+        for i, q in enumerate(self.q):
+            m.d.comb += q.busy.eq(rd["issued"][i] != rd["retired"][i])
+        return m
+
+
+class PoisonTable(wiring.Component):
+    def __init__(self, *, n, line_bits, n_query=2, n_clr=2):
+        self._n, self._lb = n, line_bits
+        super().__init__({
+            "q": In(LineQuery(line_bits, "hit")).array(n_query),
+            "set_en": In(1), "set_line": In(line_bits), "full": Out(1),
+            "clr": In(LineStrobe(line_bits)).array(n_clr),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n = self._n
+        valid = Signal(n)
+        lines = [Signal(self._lb, name=f"line{i}") for i in range(n)]
+
+        def listed(line):
+            return Cat(valid[i] & (lines[i] == line) for i in range(n)).any()
+
+        for q in self.q:
+            m.d.comb += q.hit.eq(listed(q.line))
+        set_listed = listed(self.set_line)
+        free = Signal(range(n))
+        m.d.comb += self.full.eq(valid.all() & ~set_listed)
+        for i in reversed(range(n)):
+            with m.If(~valid[i]):
+                m.d.comb += free.eq(i)
+        for i in range(n):
+            for c in self.clr:
+                with m.If(c.en & valid[i] & (lines[i] == c.line)):
+                    m.d.sync += valid[i].eq(0)
+            with m.If(self.set_en & ~set_listed & ~valid.all() & (free == i)):
+                m.d.sync += [valid[i].eq(1), lines[i].eq(self.set_line)]
+            with m.If(self.set_en & set_listed & valid[i] & (lines[i] == self.set_line)):
+                m.d.sync += valid[i].eq(1)
+        return m

@@ -1,0 +1,62 @@
+"""Bench top for the DCOH alone: CXL.mem channels, a device request port, the AXI media port.
+
+Only wiring: ``dev`` (responder side of the device request port, driven by the bench as an
+engine would) → DCOH → MediaAXI → ``m_axi``. Ports: ``m2s_req``, ``m2s_rwd``, ``m2s_birsp``,
+``s2m_ndr``, ``s2m_drs``, ``s2m_bisnp`` (streams), ``dev__{rd_req,rd_resp,wr_req,wr_resp}``,
+``m_axi__*``, ``err``, ``err_code``, ``err_addr``, ``bisnp_sent``, ``conflicts``,
+``proto_errors``, ``ready``.
+"""
+from amaranth.hdl import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..axi import AXI4Signature
+from ..config import DeviceConfig
+from ..cxl.messages import channel_signature
+from ..media_axi import MediaAXI
+from ..reqport import DeviceRequestSignature
+from .dcoh import DCOH
+
+__all__ = ["DcohTestTop", "TEST_TOP_NAME"]
+
+TEST_TOP_NAME = "dcoh_testtop"
+
+
+class DcohTestTop(wiring.Component):
+    def __init__(self, cfg: DeviceConfig = DeviceConfig()):
+        if not isinstance(cfg, DeviceConfig):
+            raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
+        self.cfg = cfg
+        ab = cfg.addr_bits
+        super().__init__({
+            "m2s_req": In(channel_signature("m2s_req")),
+            "m2s_rwd": In(channel_signature("m2s_rwd")),
+            "m2s_birsp": In(channel_signature("m2s_birsp")),
+            "s2m_ndr": Out(channel_signature("s2m_ndr")),
+            "s2m_drs": Out(channel_signature("s2m_drs")),
+            "s2m_bisnp": Out(channel_signature("s2m_bisnp")),
+            "dev": In(DeviceRequestSignature(ab)),
+            "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
+                                       id_width=cfg.axi_id_bits)),
+            "err": Out(1), "err_code": Out(4), "err_addr": Out(ab - 6),
+            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
+            "ready": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dcoh = dcoh = DCOH(self.cfg)
+        m.submodules.media = media = MediaAXI(self.cfg)
+        # host side
+        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
+            wiring.connect(m, wiring.flipped(getattr(self, ch)), getattr(dcoh, ch))
+        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
+            wiring.connect(m, getattr(dcoh, ch), wiring.flipped(getattr(self, ch)))
+        # engine side and media
+        wiring.connect(m, wiring.flipped(self.dev), dcoh.dev)
+        wiring.connect(m, dcoh.mem, media.port)
+        wiring.connect(m, wiring.flipped(self.m_axi), media.axi)
+        for name in ("err", "err_code", "err_addr", "bisnp_sent", "conflicts", "proto_errors",
+                     "ready"):
+            m.d.comb += getattr(self, name).eq(getattr(dcoh, name))
+        return m

@@ -89,6 +89,8 @@ class WriteBuckets(wiring.Component):
 
 class PoisonTable(wiring.Component):
     def __init__(self, *, n, line_bits, n_query=2, n_clr=2):
+        if n < 1:
+            raise ValueError(f"poison table size must be >= 1, got {n!r}")
         self._n, self._lb = n, line_bits
         super().__init__({
             "q": In(LineQuery(line_bits, "hit")).array(n_query),

@@ -6,7 +6,7 @@ build/bench/.
 import argparse
 import sys
 
-from bench import gather_reduce
+from bench import dcoh, gather_reduce
 
 
 def main(argv=None):
@@ -14,7 +14,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smoke sizes")
     args = ap.parse_args(argv)
     extra = ["--quick"] if args.quick else []
-    return gather_reduce.main(extra)
+    rc = gather_reduce.main(extra)
+    return rc or dcoh.main(extra)
 
 
 if __name__ == "__main__":

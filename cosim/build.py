@@ -424,6 +424,8 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
                     timescale=TIMESCALE, log_file=log)
     except SystemExit as e:  # the runner exits when the simulator fails or, under pytest, a test
         sim_exit = e.code if isinstance(e.code, int) else 1
+    except RuntimeError as e:  # the simulator process failed, e.g. an RTL Assert stopped it
+        sim_exit = str(e)
 
     where = (f"module {test_module}, filter {test_filter!r}, seed {seed}, results {results_xml}"
              + (f", log {log}" if log else ""))

@@ -8,14 +8,16 @@ Contract: docs/coherence.md (message table, regions, blocking, errors). Structur
 - **Device read lane** and **device write lane** (one request each per cycle): the engines'
   device request port. They only read the snoop filter; when the host may hold the line they
   allocate a BITag and send a BISnp, and retry until the snoop filter allows the access.
-- Media requests of the host lane and a device lane are merged round-robin onto ``mem``; a
-  context FIFO per direction (pushed in ``mem`` request order) routes the responses back: host
-  read → DRS MemData, host write → NDR Cmp, device → ``dev`` by id.
+- Media reads of the host lane and the device read lane are merged round-robin onto ``mem``;
+  writes of both lanes enter one queue in service order (a host write first, a device write
+  that lost the slot in the next cycle), so same-line writes reach the media in service order.
+  A context FIFO per direction (pushed in ``mem`` request order) routes the responses back:
+  host read → DRS MemData, host write → NDR Cmp, device → ``dev`` by id.
 
 Requirements on ``mem`` (MediaAXI meets them: one AXI ID): read responses return in read-request
 order and write responses in write-request order, across ids.
 
-Latency: host read = media read latency + 3 cycles (lane FIFO, merge, DRS), measured in
+Latency: host read = media read latency + 4 cycles (lane FIFO, merge, media adapter, DRS), measured in
 ``make bench``. Error report: ``err`` pulses one cycle with ``err_code`` (DcohError) and
 ``err_addr`` (line address). In-RTL assertions check rules 2, 3, 5 and tracker soundness.
 
@@ -129,13 +131,13 @@ class DCOH(wiring.Component):
         # ---------------------------------------------------------------- lane output FIFOs
         h_rd_l = data.StructLayout({"line": lb, "tag": 16, "poison": 1})
         d_rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "poison": 1})
-        h_wr_l = data.StructLayout({"line": lb, "be": 64, "data": 512, "tag": 16})
-        d_wr_l = data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512})
+        # one write queue for both lanes, filled in service order: two writes to a line reach
+        # the media in the order the DCOH served them (the media port keeps write order)
+        wr_l = data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1, "tag": 16})
         ndr_l = data.StructLayout({"opcode": 3, "tag": 16})
         m.submodules.h_rd = h_rd = fifo.SyncFIFOBuffered(width=h_rd_l.size, depth=LANE_FIFO)
         m.submodules.d_rd = d_rd = fifo.SyncFIFOBuffered(width=d_rd_l.size, depth=LANE_FIFO)
-        m.submodules.h_wr = h_wr = fifo.SyncFIFOBuffered(width=h_wr_l.size, depth=LANE_FIFO)
-        m.submodules.d_wr = d_wr = fifo.SyncFIFOBuffered(width=d_wr_l.size, depth=LANE_FIFO)
+        m.submodules.wr_q = wr_q = fifo.SyncFIFOBuffered(width=wr_l.size, depth=LANE_FIFO)
         m.submodules.ndr_h = ndr_h = fifo.SyncFIFOBuffered(width=ndr_l.size, depth=4)
         m.submodules.drs_nxm = drs_nxm = fifo.SyncFIFOBuffered(width=16, depth=LANE_FIFO)
         bisnp_l = data.StructLayout({"opcode": 4, "tag": 12, "line": lb})
@@ -302,6 +304,8 @@ class DCOH(wiring.Component):
         h_conflict = Signal()
 
         ndr_room = ndr_h.w_rdy
+        dw_ok = Signal()      # the device write lane could write this cycle
+        dw_turn = Signal()    # it lost the write slot to the host last cycle: its turn now
         is_req = (src == SRC_REQ) | (src == SRC_PARK)
         can_park = (src == SRC_PARK) | ~pk_full
 
@@ -369,7 +373,8 @@ class DCOH(wiring.Component):
                         m.d.comb += h_err.eq(DcohError.POISON_FULL)
                 with m.Else():
                     full_line = (hdr.opcode == RwDOpcode.MEM_WR) | (rwd.payload.be == ALL_BE)
-                    m.d.comb += [h_fire.eq(h_wr.w_rdy & (host_wr_inflight < cfg.host_writes)),
+                    m.d.comb += [h_fire.eq(wr_q.w_rdy & ~dw_turn &
+                                           (host_wr_inflight < cfg.host_writes)),
                                  h_media_wr.eq(1), h_poison_set.eq(hdr.poison),
                                  h_poison_clr.eq(~hdr.poison & full_line)]
                     with m.If(meta0):
@@ -442,9 +447,6 @@ class DCOH(wiring.Component):
             drs_nxm.w_data.eq(ev.tag),
             h_rd.w_en.eq(h_do & h_media_rd),
             h_rd.w_data.eq(Cat(ev.line, ev.tag, poison.q[0].hit)),
-            h_wr.w_en.eq(h_do & h_media_wr),
-            h_wr.w_data.eq(Cat(ev.line, Mux(rwd.payload.hdr.opcode == RwDOpcode.MEM_WR, ALL_BE,
-                                            rwd.payload.be), rwd.payload.data, ev.tag)),
             host_rd_inc.eq(h_do & h_media_rd),
             host_wr_inc.eq(h_do & h_media_wr),
             host_wb.inc.en.eq(h_do & h_media_wr),
@@ -476,21 +478,35 @@ class DCOH(wiring.Component):
         m.d.comb += [
             dr_go.eq(ready & dr.valid & ~dr_yield & ~cam_dr.hit & ~dr_snoop & d_rd.w_rdy &
                      ~host_wb.q[1].busy),
-            dw_go.eq(ready & dw.valid & ~dw_yield & ~cam_dw.hit & ~dw_snoop & d_wr.w_rdy),
+            dw_go.eq(dw_ok & ~(h_do & h_media_wr)),
             dr_alloc.eq(ready & dr.valid & ~dr_yield & ~cam_dr.hit & dr_snoop & ~trk.full &
                         ~(h_do & h_alloc)),
             dw_alloc.eq(ready & dw.valid & ~dw_yield & ~cam_dw.hit & dw_snoop & ~trk.full &
-                        ~(h_do & h_alloc) & ~dr_alloc & (dw_line != dr_line)),
+                        ~(h_do & h_alloc) & ~dr_alloc),
             dr.ready.eq(dr_go), dw.ready.eq(dw_go),
             d_rd.w_en.eq(dr_go),
             d_rd.w_data.eq(Cat(dr.payload.id, dr.payload.op, dr_line, poison.q[1].hit)),
-            d_wr.w_en.eq(dw_go),
-            d_wr.w_data.eq(Cat(dw.payload.id, dw_line, dw.payload.be, dw.payload.data)),
             dev_wb.inc.en.eq(dw_go),
             dev_wb.inc.line.eq(dw_line),
             poison.clr[1].en.eq(dw_go & (dw.payload.be == ALL_BE)),
             poison.clr[1].line.eq(dw_line),
         ]
+
+        # ---- write queue: the host lane's write, else the device write lane's; a device write
+        # that lost the slot to a host write gets the next cycle (dw_turn holds host writes
+        # back for one cycle)
+        m.d.comb += dw_ok.eq(ready & dw.valid & ~dw_yield & ~cam_dw.hit & ~dw_snoop & wr_q.w_rdy)
+        m.d.sync += dw_turn.eq(dw_ok & h_do & h_media_wr)
+        wq_in = Signal(wr_l)
+        with m.If(h_do & h_media_wr):
+            m.d.comb += [wq_in.id.eq(HOST_MEDIA_ID), wq_in.line.eq(ev.line),
+                         wq_in.be.eq(Mux(rwd.payload.hdr.opcode == RwDOpcode.MEM_WR, ALL_BE,
+                                         rwd.payload.be)),
+                         wq_in.data.eq(rwd.payload.data), wq_in.host.eq(1), wq_in.tag.eq(ev.tag)]
+        with m.Else():
+            m.d.comb += [wq_in.id.eq(dw.payload.id), wq_in.line.eq(dw_line),
+                         wq_in.be.eq(dw.payload.be), wq_in.data.eq(dw.payload.data)]
+        m.d.comb += [wr_q.w_en.eq((h_do & h_media_wr) | dw_go), wr_q.w_data.eq(wq_in)]
 
         # ---- BITag allocation (one per cycle: host lane, then device read, then device write)
         alloc_line = Signal(lb)
@@ -520,13 +536,10 @@ class DCOH(wiring.Component):
 
         # ================================================================ media requests
         rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "host": 1, "tag": 16, "poison": 1})
-        wr_l = data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1, "tag": 16})
         m.submodules.rd_merge = rd_merge = RoundRobinMerge(rd_l)
-        m.submodules.wr_merge = wr_merge = RoundRobinMerge(wr_l)
         hr, drq = Signal(h_rd_l), Signal(d_rd_l)
-        hw_, dwq = Signal(h_wr_l), Signal(d_wr_l)
-        m.d.comb += [hr.eq(h_rd.r_data), drq.eq(d_rd.r_data), hw_.eq(h_wr.r_data),
-                     dwq.eq(d_wr.r_data)]
+        wo = Signal(wr_l)
+        m.d.comb += [hr.eq(h_rd.r_data), drq.eq(d_rd.r_data), wo.eq(wr_q.r_data)]
         m.d.comb += [
             rd_merge.a.valid.eq(h_rd.r_rdy), h_rd.r_en.eq(rd_merge.a.ready),
             rd_merge.a.payload.id.eq(HOST_MEDIA_ID), rd_merge.a.payload.line.eq(hr.line),
@@ -535,20 +548,13 @@ class DCOH(wiring.Component):
             rd_merge.b.valid.eq(d_rd.r_rdy), d_rd.r_en.eq(rd_merge.b.ready),
             rd_merge.b.payload.id.eq(drq.id), rd_merge.b.payload.op.eq(drq.op),
             rd_merge.b.payload.line.eq(drq.line), rd_merge.b.payload.poison.eq(drq.poison),
-            wr_merge.a.valid.eq(h_wr.r_rdy), h_wr.r_en.eq(wr_merge.a.ready),
-            wr_merge.a.payload.id.eq(HOST_MEDIA_ID), wr_merge.a.payload.line.eq(hw_.line),
-            wr_merge.a.payload.be.eq(hw_.be), wr_merge.a.payload.data.eq(hw_.data),
-            wr_merge.a.payload.host.eq(1), wr_merge.a.payload.tag.eq(hw_.tag),
-            wr_merge.b.valid.eq(d_wr.r_rdy), d_wr.r_en.eq(wr_merge.b.ready),
-            wr_merge.b.payload.id.eq(dwq.id), wr_merge.b.payload.line.eq(dwq.line),
-            wr_merge.b.payload.be.eq(dwq.be), wr_merge.b.payload.data.eq(dwq.data),
         ]
         rd_ctx_l = data.StructLayout({"host": 1, "tag": 16, "poison": 1})
         wr_ctx_l = data.StructLayout({"host": 1, "tag": 16, "bucket": max(hb, 1)})
         m.submodules.rd_ctx = rd_ctx = fifo.SyncFIFOBuffered(width=rd_ctx_l.size,
                                                              depth=cfg.max_reads + 4 * LANE_FIFO)
         m.submodules.wr_ctx = wr_ctx = fifo.SyncFIFOBuffered(width=wr_ctx_l.size, depth=wr_cap)
-        ro, wo = rd_merge.o, wr_merge.o
+        ro = rd_merge.o
         m.d.comb += [
             self.mem.rd_req.valid.eq(ro.valid & rd_ctx.w_rdy),
             ro.ready.eq(self.mem.rd_req.ready & rd_ctx.w_rdy),
@@ -557,15 +563,14 @@ class DCOH(wiring.Component):
             self.mem.rd_req.payload.addr.eq(ro.payload.line),
             rd_ctx.w_en.eq(self.mem.rd_req.valid & self.mem.rd_req.ready),
             rd_ctx.w_data.eq(Cat(ro.payload.host, ro.payload.tag, ro.payload.poison)),
-            self.mem.wr_req.valid.eq(wo.valid & wr_ctx.w_rdy),
-            wo.ready.eq(self.mem.wr_req.ready & wr_ctx.w_rdy),
-            self.mem.wr_req.payload.id.eq(wo.payload.id),
-            self.mem.wr_req.payload.addr.eq(wo.payload.line),
-            self.mem.wr_req.payload.be.eq(wo.payload.be),
-            self.mem.wr_req.payload.data.eq(wo.payload.data),
+            self.mem.wr_req.valid.eq(wr_q.r_rdy & wr_ctx.w_rdy),
+            wr_q.r_en.eq(self.mem.wr_req.ready & wr_ctx.w_rdy),
+            self.mem.wr_req.payload.id.eq(wo.id),
+            self.mem.wr_req.payload.addr.eq(wo.line),
+            self.mem.wr_req.payload.be.eq(wo.be),
+            self.mem.wr_req.payload.data.eq(wo.data),
             wr_ctx.w_en.eq(self.mem.wr_req.valid & self.mem.wr_req.ready),
-            wr_ctx.w_data.eq(Cat(wo.payload.host, wo.payload.tag,
-                                 wo.payload.line[:hb] if hb else Const(0, 1))),
+            wr_ctx.w_data.eq(Cat(wo.host, wo.tag, wo.line[:hb] if hb else Const(0, 1))),
         ]
 
         # ================================================================ media responses

@@ -692,6 +692,13 @@ class DCOH(wiring.Component):
                    "DCOH: allocation into a used way"),
         ]
 
+        # payloads read zero while not valid: FIFO memories start undefined in four-state
+        # simulators (Icarus), and a defined boundary keeps traces comparable across simulators
+        for st in (self.s2m_ndr, self.s2m_drs, self.s2m_bisnp, self.mem.rd_req, self.mem.wr_req,
+                   self.dev.rd_resp, self.dev.wr_resp):
+            with m.If(~st.valid):
+                m.d.comb += st.payload.eq(0)
+
         if self._observe:
             lk_o = sf.lk[3]
             cam_o = trk.cam[3 + n_ways]

@@ -100,6 +100,17 @@ class DCOH(wiring.Component):
         return (flags["table"] | flags["staging"], flags["superblock"] | flags["slots"],
                 flags["log"])
 
+    @staticmethod
+    def _stable_load(m, st, live, name):
+        """``dev_load`` for an output stream, held while a message waits for ready (payload
+        stable while valid), else the live value."""
+        hold = Signal(name=f"{name}_load_hold")
+        held = Signal(2, name=f"{name}_load_held")
+        out = Signal(2, name=f"{name}_dev_load")
+        m.d.comb += out.eq(Mux(hold, held, live))
+        m.d.sync += [hold.eq(st.valid & ~st.ready), held.eq(out)]
+        return out
+
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
@@ -638,7 +649,7 @@ class DCOH(wiring.Component):
                      ndr.payload.hdr.opcode.eq(ndr_merge.o.payload.opcode),
                      ndr.payload.hdr.tag.eq(ndr_merge.o.payload.tag),
                      ndr.payload.hdr.meta_field.eq(MetaField.NO_OP),
-                     ndr.payload.hdr.dev_load.eq(dev_load)]
+                     ndr.payload.hdr.dev_load.eq(self._stable_load(m, ndr, dev_load, "ndr"))]
 
         drs_m_l = data.StructLayout({"opcode": 3, "tag": 16, "poison": 1, "data": 512})
         m.submodules.drs_merge = drs_merge = RoundRobinMerge(drs_m_l)
@@ -659,7 +670,7 @@ class DCOH(wiring.Component):
                      drs.payload.hdr.tag.eq(drs_merge.o.payload.tag),
                      drs.payload.hdr.poison.eq(drs_merge.o.payload.poison),
                      drs.payload.hdr.meta_field.eq(MetaField.NO_OP),
-                     drs.payload.hdr.dev_load.eq(dev_load),
+                     drs.payload.hdr.dev_load.eq(self._stable_load(m, drs, dev_load, "drs")),
                      drs.payload.data.eq(drs_merge.o.payload.data)]
 
         # ================================================================ errors, counters

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AXI4Signature
 from .config import DeviceConfig
-from .cxl.messages import channel_signature
+from .cxl.messages import connect_host_channels, host_channel_members
 from .dcoh import DCOH
 from .gather.layouts import cmd_layout, cpl_layout
 from .gather import GatherReduce
@@ -39,12 +39,7 @@ class TrainingCXLDevice(wiring.Component):
             "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
                                        id_width=cfg.axi_id_bits)),
             "busy": Out(1),
-            "m2s_req": In(channel_signature("m2s_req")),
-            "m2s_rwd": In(channel_signature("m2s_rwd")),
-            "m2s_birsp": In(channel_signature("m2s_birsp")),
-            "s2m_ndr": Out(channel_signature("s2m_ndr")),
-            "s2m_drs": Out(channel_signature("s2m_drs")),
-            "s2m_bisnp": Out(channel_signature("s2m_bisnp")),
+            **host_channel_members(),
             "ready": Out(1),
             "err": Out(1), "err_code": Out(4), "err_addr": Out(ab - 6),
             "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
@@ -56,10 +51,7 @@ class TrainingCXLDevice(wiring.Component):
         m.submodules.gather = gather = GatherReduce(self.cfg)
         # coherency engine: host CXL.mem channels, engine requests → media requests
         m.submodules.dcoh = dcoh = DCOH(self.cfg)
-        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
-            wiring.connect(m, wiring.flipped(getattr(self, ch)), getattr(dcoh, ch))
-        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
-            wiring.connect(m, getattr(dcoh, ch), wiring.flipped(getattr(self, ch)))
+        connect_host_channels(m, self, dcoh)
         wiring.connect(m, gather.mem, dcoh.dev)
         for name in ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
                      "proto_errors"):

@@ -30,7 +30,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig, REGIONS
-from ..cxl.messages import channel_signature
+from ..cxl.messages import host_channel_members
 from ..cxl_encodings import (ReqOpcode, RwDOpcode, BIRspOpcode, BISnpOpcode, NDROpcode,
                              DRSOpcode, MetaField, MetaValue, SnpType, DcohError, HOST_MEDIA_ID)
 from ..reqport import DeviceRequestSignature, RD_OWN
@@ -63,12 +63,7 @@ class DCOH(wiring.Component):
         ab = cfg.addr_bits
         lb = ab - 6
         ports = {
-            "m2s_req": In(channel_signature("m2s_req")),
-            "m2s_rwd": In(channel_signature("m2s_rwd")),
-            "m2s_birsp": In(channel_signature("m2s_birsp")),
-            "s2m_ndr": Out(channel_signature("s2m_ndr")),
-            "s2m_drs": Out(channel_signature("s2m_drs")),
-            "s2m_bisnp": Out(channel_signature("s2m_bisnp")),
+            **host_channel_members(),
             "dev": In(DeviceRequestSignature(ab)),
             "mem": Out(DeviceRequestSignature(ab)),
             "err": Out(1), "err_code": Out(4), "err_addr": Out(lb),

@@ -12,7 +12,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4Signature
 from ..config import DeviceConfig
-from ..cxl.messages import channel_signature
+from ..cxl.messages import connect_host_channels, host_channel_members
 from ..media_axi import MediaAXI
 from ..reqport import DeviceRequestSignature
 from .dcoh import DCOH
@@ -29,12 +29,7 @@ class DcohTestTop(wiring.Component):
         self.cfg = cfg
         ab = cfg.addr_bits
         super().__init__({
-            "m2s_req": In(channel_signature("m2s_req")),
-            "m2s_rwd": In(channel_signature("m2s_rwd")),
-            "m2s_birsp": In(channel_signature("m2s_birsp")),
-            "s2m_ndr": Out(channel_signature("s2m_ndr")),
-            "s2m_drs": Out(channel_signature("s2m_drs")),
-            "s2m_bisnp": Out(channel_signature("s2m_bisnp")),
+            **host_channel_members(),
             "dev": In(DeviceRequestSignature(ab)),
             "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
                                        id_width=cfg.axi_id_bits)),
@@ -48,10 +43,7 @@ class DcohTestTop(wiring.Component):
         m.submodules.dcoh = dcoh = DCOH(self.cfg)
         m.submodules.media = media = MediaAXI(self.cfg)
         # host side
-        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
-            wiring.connect(m, wiring.flipped(getattr(self, ch)), getattr(dcoh, ch))
-        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
-            wiring.connect(m, getattr(dcoh, ch), wiring.flipped(getattr(self, ch)))
+        connect_host_channels(m, self, dcoh)
         # engine side and media
         wiring.connect(m, wiring.flipped(self.dev), dcoh.dev)
         wiring.connect(m, dcoh.mem, media.port)

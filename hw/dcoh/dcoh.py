@@ -17,16 +17,17 @@ Contract: docs/coherence.md (message table, regions, blocking, errors). Structur
 Requirements on ``mem`` (MediaAXI meets them: one AXI ID): read responses return in read-request
 order and write responses in write-request order, across ids.
 
-Latency: host read = media read latency + 4 cycles (lane FIFO, merge, media adapter, DRS), measured in
-``make bench``. Error report: ``err`` pulses one cycle with ``err_code`` (DcohError) and
-``err_addr`` (line address). In-RTL assertions check rules 2, 3, 5 and tracker soundness.
+Latency: host read = media read latency + 4 cycles (lane FIFO, merge, media adapter, DRS),
+measured in ``make bench``. Error report: ``err`` pulses one cycle with ``err_code``
+(DcohError) and ``err_addr`` (line address). In-RTL assertions check rules 2, 3, 5 and tracker
+soundness.
 
 ``observe=True`` adds ports for the formal harness (hw/formal): ``obs_line`` in,
 ``obs_sf_state``, ``obs_bisnp_pending``, ``obs_req_served``/``obs_req_served_line``,
 ``obs_trk_valid`` out.
 """
 from amaranth.hdl import Module, Signal, Assert, Cat, Const, Mux
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig, REGIONS
@@ -132,7 +133,7 @@ class DCOH(wiring.Component):
                                                     line_bits=lb, n_query=1)
         m.submodules.poison = poison = PoisonTable(n=cfg.poison_lines, line_bits=lb,
                                                    n_query=2, n_clr=2)
-        
+
 
         # ---------------------------------------------------------------- lane output FIFOs
         h_rd_l = data.StructLayout({"line": lb, "tag": 16, "poison": 1})
@@ -231,7 +232,8 @@ class DCOH(wiring.Component):
         legal = Signal(range(8))      # action if the combination is legal, else A_ERR_*
         is_rd_op = Signal()
         meta0 = ev.mf == MetaField.META0_STATE
-        m.d.comb += is_rd_op.eq((ev.opcode == ReqOpcode.MEM_RD) | (ev.opcode == ReqOpcode.MEM_RD_DATA))
+        m.d.comb += is_rd_op.eq((ev.opcode == ReqOpcode.MEM_RD) |
+                                (ev.opcode == ReqOpcode.MEM_RD_DATA))
         m.d.comb += legal.eq(Mux(is_rd_op, A_ERR_RD, A_ERR_ND))
         with m.Switch(ev.opcode):
             with m.Case(ReqOpcode.MEM_RD):

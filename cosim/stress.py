@@ -100,8 +100,10 @@ def main(argv=None) -> int:
            "TCXL_STRESS_LINES": args.lines, "TCXL_STRESS_STALL": args.stall,
            "TCXL_STRESS_SEED": args.seed, "TCXL_STRESS_PMEM_STALL": args.pmem_stall,
            "TCXL_STRICT_MEDIA": int(args.strict_media),
-           **({"TCXL_HOST_TRACE": 1} if args.trace else {}), "TCXL_STRESS_CONFLICT_TAG": args.conflict_tag,
-           "TCXL_STRESS_OUT": out, **{k: os.environ[k] for k in ("TCXL_DEV_IDLE_ONES",) if k in os.environ}, **({"TCXL_PROFILE": os.environ["TCXL_PROFILE"]} if os.environ.get("TCXL_PROFILE") else {})}
+           "TCXL_STRESS_CONFLICT_TAG": args.conflict_tag, "TCXL_STRESS_OUT": out,
+           **({"TCXL_HOST_TRACE": 1} if args.trace else {}),
+           **({"TCXL_PROFILE": os.environ["TCXL_PROFILE"]} if os.environ.get("TCXL_PROFILE")
+              else {})}
     t0 = time.monotonic()
     err = None
     try:

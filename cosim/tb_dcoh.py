@@ -16,7 +16,6 @@ Parameters from the environment: ``TCXL_CONFIG`` (DeviceConfig JSON), ``TCXL_LAT
 read/write latency, default 20), ``TCXL_HOST_TRACE=1`` (log every message of the host and the
 device agent), ``TCXL_STRICT_MEDIA=1`` (also HostPermission.device_access at each device AW/AR
 valid rise: stricter than docs/coherence.md requires, see cosim.coherence_check),
-``TCXL_DEV_IDLE_ONES=1`` (drive an all-ones address on idle device request ports).
 """
 from __future__ import annotations
 
@@ -80,14 +79,10 @@ class DeviceAgent:
 
         def pauses():
             return bursty_pauses(random.Random(rng.getrandbits(32)), stall) if stall else None
-        # TCXL_DEV_IDLE_ONES=1: drive an all-ones line address while a request port is idle
-        # (works around DUTs that look at an idle payload; off by default)
-        idle = os.environ.get("TCXL_DEV_IDLE_ONES") == "1"
-        far = (1 << (ab - 6)) - 1
-        chans.add_out("dev__rd_req", rd_req_layout(ab), self._pop_rd, self._sent_rd, pauses(),
-                      idle_payload={"id": 0, "op": 0, "addr": far} if idle else None)
-        chans.add_out("dev__wr_req", wr_req_layout(ab), self._pop_wr, self._sent_wr, pauses(),
-                      idle_payload={"id": 0, "addr": far, "be": 0, "data": 0} if idle else None)
+        # idle request ports keep their last payload (a stream's payload means nothing without
+        # valid; the DCOH once depended on it, tests/cosim device_write_after_device_read_...)
+        chans.add_out("dev__rd_req", rd_req_layout(ab), self._pop_rd, self._sent_rd, pauses())
+        chans.add_out("dev__wr_req", wr_req_layout(ab), self._pop_wr, self._sent_wr, pauses())
         chans.add_in("dev__rd_resp", rd_resp_layout(), self._rd_resp, pauses())
         chans.add_in("dev__wr_resp", wr_resp_layout(), self._wr_resp, pauses())
         chans.every_cycle.append(self._tick)

@@ -754,22 +754,20 @@ class HostCore:
 
     # ------------------------------------------------------------------ responses
     def on_ndr(self, msg: dict, cycle: int):
-        try:
-            self._on_ndr(msg, cycle)
-        finally:
-            if self.observers:
-                h = msg["hdr"]
-                self._notify("on_s2m", "s2m_ndr", msg, cycle,
-                             self.txns.get(h["tag"]) or self._last_done.get(h["tag"]))
+        self._on_response("s2m_ndr", self._on_ndr, msg, cycle)
 
     def on_drs(self, msg: dict, cycle: int):
+        self._on_response("s2m_drs", self._on_drs, msg, cycle)
+
+    def _on_response(self, channel, handle, msg: dict, cycle: int):
+        """Handle an NDR/DRS, then tell the observers (also when handling raised)."""
         try:
-            self._on_drs(msg, cycle)
+            handle(msg, cycle)
         finally:
             if self.observers:
-                h = msg["hdr"]
-                self._notify("on_s2m", "s2m_drs", msg, cycle,
-                             self.txns.get(h["tag"]) or self._last_done.get(h["tag"]))
+                tag = msg["hdr"]["tag"]
+                self._notify("on_s2m", channel, msg, cycle,
+                             self.txns.get(tag) or self._last_done.get(tag))
 
     def _on_ndr(self, msg: dict, cycle: int):
         if self.trace:

@@ -17,7 +17,7 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI4Signature
 from .config import DeviceConfig
 from .cxl.messages import connect_host_channels, host_channel_members
-from .dcoh import DCOH
+from .dcoh import DCOH, forward_status, status_members
 from .gather.layouts import cmd_layout, cpl_layout
 from .gather import GatherReduce
 from .media_axi import MediaAXI
@@ -40,9 +40,7 @@ class TrainingCXLDevice(wiring.Component):
                                        id_width=cfg.axi_id_bits)),
             "busy": Out(1),
             **host_channel_members(),
-            "ready": Out(1),
-            "err": Out(1), "err_code": Out(4), "err_addr": Out(ab - 6),
-            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
+            **status_members(ab),
         })
 
     def elaborate(self, platform):
@@ -53,9 +51,7 @@ class TrainingCXLDevice(wiring.Component):
         m.submodules.dcoh = dcoh = DCOH(self.cfg)
         connect_host_channels(m, self, dcoh)
         wiring.connect(m, gather.mem, dcoh.dev)
-        for name in ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
-                     "proto_errors"):
-            m.d.comb += getattr(self, name).eq(getattr(dcoh, name))
+        forward_status(m, self, dcoh)
         # media port
         m.submodules.media = media = MediaAXI(self.cfg)
         wiring.connect(m, dcoh.mem, media.port)

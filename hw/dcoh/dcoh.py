@@ -40,7 +40,7 @@ from .tracker import BITracker
 from .hazards import WriteBuckets, PoisonTable
 from .merge import RoundRobinMerge
 
-__all__ = ["DCOH"]
+__all__ = ["DCOH", "STATUS_PORTS", "status_members", "forward_status"]
 
 LANE_FIFO = 3  # SyncFIFOBuffered depth (>= 3: a depth-1 inner FIFO has a zero-width address)
 ALL_BE = (1 << 64) - 1
@@ -55,6 +55,23 @@ def _log2(n):
     return (n - 1).bit_length()
 
 
+# status outputs of the DCOH that a top forwards as its own ports
+STATUS_PORTS = ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
+                "proto_errors")
+
+
+def status_members(addr_bits) -> dict:
+    """The DCOH's status outputs as component members (``ready``, error report, counters)."""
+    return {"ready": Out(1), "err": Out(1), "err_code": Out(4), "err_addr": Out(addr_bits - 6),
+            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32)}
+
+
+def forward_status(m, outer, dcoh):
+    """Drive ``outer``'s status ports (made with :func:`status_members`) from ``dcoh``'s."""
+    for name in STATUS_PORTS:
+        m.d.comb += getattr(outer, name).eq(getattr(dcoh, name))
+
+
 class DCOH(wiring.Component):
     def __init__(self, cfg: DeviceConfig = DeviceConfig(), *, observe=False):
         if not isinstance(cfg, DeviceConfig):
@@ -67,9 +84,7 @@ class DCOH(wiring.Component):
             **host_channel_members(),
             "dev": In(DeviceRequestSignature(ab)),
             "mem": Out(DeviceRequestSignature(ab)),
-            "err": Out(1), "err_code": Out(4), "err_addr": Out(lb),
-            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
-            "ready": Out(1),
+            **status_members(ab),
         }
         if observe:
             ports.update({"obs_line": In(lb), "obs_sf_state": Out(2), "obs_bisnp_pending": Out(1),
@@ -95,6 +110,24 @@ class DCOH(wiring.Component):
             flags[r] = s
         return (flags["table"] | flags["staging"], flags["superblock"] | flags["slots"],
                 flags["log"])
+
+    @staticmethod
+    def _route_response(m, resp, ctx, to_host, host_ready, dev_resp):
+        """Route media response stream ``resp`` by the head of its context FIFO ``ctx``: to the
+        host side (``to_host``; taken with ``host_ready``) or to the engines' ``dev_resp``
+        (id copied; the caller sets the rest of its payload). Pops ``ctx`` with each transfer.
+        Returns (host-side valid, transfer strobe)."""
+        host_valid = Signal()
+        done = Signal()
+        m.d.comb += [
+            host_valid.eq(resp.valid & ctx.r_rdy & to_host),
+            resp.ready.eq(ctx.r_rdy & Mux(to_host, host_ready, dev_resp.ready)),
+            done.eq(resp.valid & resp.ready),
+            ctx.r_en.eq(done),
+            dev_resp.valid.eq(resp.valid & ctx.r_rdy & ~to_host),
+            dev_resp.payload.id.eq(resp.payload.id),
+        ]
+        return host_valid, done
 
     @staticmethod
     def _stable_load(m, st, live, name):
@@ -586,39 +619,25 @@ class DCOH(wiring.Component):
         m.d.comb += [rc.eq(rd_ctx.r_data), wc.eq(wr_ctx.r_data)]
         mr, mw = self.mem.rd_resp, self.mem.wr_resp
         # reads: host → DRS MemData, device → dev.rd_resp (poisoned line → err)
-        drs_data_valid = Signal()
         drs_data_ready = Signal()
-        m.d.comb += drs_data_valid.eq(mr.valid & rd_ctx.r_rdy & rc.host)
-        with m.If(rc.host):
-            m.d.comb += mr.ready.eq(rd_ctx.r_rdy & drs_data_ready)
-        with m.Else():
-            m.d.comb += mr.ready.eq(rd_ctx.r_rdy & self.dev.rd_resp.ready)
+        drs_data_valid, rd_done = self._route_response(m, mr, rd_ctx, rc.host, drs_data_ready,
+                                                       self.dev.rd_resp)
         m.d.comb += [
-            rd_ctx.r_en.eq(mr.valid & mr.ready),
-            self.dev.rd_resp.valid.eq(mr.valid & rd_ctx.r_rdy & ~rc.host),
-            self.dev.rd_resp.payload.id.eq(mr.payload.id),
             self.dev.rd_resp.payload.err.eq(mr.payload.err | rc.poison),
             self.dev.rd_resp.payload.data.eq(mr.payload.data),
-            host_rd_dec.eq(mr.valid & mr.ready & rc.host),
+            host_rd_dec.eq(rd_done & rc.host),
         ]
         # writes: host → NDR Cmp, device → dev.wr_resp; either way the bucket is uncounted
-        cmp_valid = Signal()
         cmp_ready = Signal()
-        m.d.comb += cmp_valid.eq(mw.valid & wr_ctx.r_rdy & wc.host)
-        with m.If(wc.host):
-            m.d.comb += mw.ready.eq(wr_ctx.r_rdy & cmp_ready)
-        with m.Else():
-            m.d.comb += mw.ready.eq(wr_ctx.r_rdy & self.dev.wr_resp.ready)
+        cmp_valid, wr_done = self._route_response(m, mw, wr_ctx, wc.host, cmp_ready,
+                                                  self.dev.wr_resp)
         m.d.comb += [
-            wr_ctx.r_en.eq(mw.valid & mw.ready),
-            self.dev.wr_resp.valid.eq(mw.valid & wr_ctx.r_rdy & ~wc.host),
-            self.dev.wr_resp.payload.id.eq(mw.payload.id),
             self.dev.wr_resp.payload.err.eq(mw.payload.err),
-            host_wb.dec.en.eq(mw.valid & mw.ready & wc.host),
+            host_wb.dec.en.eq(wr_done & wc.host),
             host_wb.dec.line.eq(wc.bucket),
-            dev_wb.dec.en.eq(mw.valid & mw.ready & ~wc.host),
+            dev_wb.dec.en.eq(wr_done & ~wc.host),
             dev_wb.dec.line.eq(wc.bucket),
-            host_wr_dec.eq(mw.valid & mw.ready & wc.host),
+            host_wr_dec.eq(wr_done & wc.host),
         ]
 
         # ================================================================ S2M NDR and DRS
@@ -672,7 +691,7 @@ class DCOH(wiring.Component):
 
         # ================================================================ errors, counters
         media_err = Signal()
-        m.d.comb += media_err.eq(mr.valid & mr.ready & rc.host & mr.payload.err)
+        m.d.comb += media_err.eq(rd_done & rc.host & mr.payload.err)
         m.d.sync += self.err.eq(0)
         with m.If(h_do & (h_err != DcohError.NONE)):
             m.d.sync += [self.err.eq(1), self.err_code.eq(h_err), self.err_addr.eq(ev.line)]

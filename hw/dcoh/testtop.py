@@ -15,7 +15,7 @@ from ..config import DeviceConfig
 from ..cxl.messages import connect_host_channels, host_channel_members
 from ..media_axi import MediaAXI
 from ..reqport import DeviceRequestSignature
-from .dcoh import DCOH
+from .dcoh import DCOH, forward_status, status_members
 
 __all__ = ["DcohTestTop", "TEST_TOP_NAME"]
 
@@ -33,9 +33,7 @@ class DcohTestTop(wiring.Component):
             "dev": In(DeviceRequestSignature(ab)),
             "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
                                        id_width=cfg.axi_id_bits)),
-            "err": Out(1), "err_code": Out(4), "err_addr": Out(ab - 6),
-            "bisnp_sent": Out(32), "conflicts": Out(32), "proto_errors": Out(32),
-            "ready": Out(1),
+            **status_members(ab),
         })
 
     def elaborate(self, platform):
@@ -48,7 +46,5 @@ class DcohTestTop(wiring.Component):
         wiring.connect(m, wiring.flipped(self.dev), dcoh.dev)
         wiring.connect(m, dcoh.mem, media.port)
         wiring.connect(m, wiring.flipped(self.m_axi), media.axi)
-        for name in ("err", "err_code", "err_addr", "bisnp_sent", "conflicts", "proto_errors",
-                     "ready"):
-            m.d.comb += getattr(self, name).eq(getattr(dcoh, name))
+        forward_status(m, self, dcoh)
         return m

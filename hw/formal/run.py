@@ -530,10 +530,7 @@ def main(argv=None):
         return 0
     try:
         rep = run(args)
-    except ToolMissing as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ValueError as e:
+    except (ToolMissing, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print_report(rep, args.out)

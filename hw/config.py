@@ -51,6 +51,12 @@ class DeviceConfig:
     host_writes: int = 256     # host media writes in flight (Cmp context FIFO depth)
     wr_buckets: int = 256      # hashed in-flight-write counters that order host reads after writes
     poison_lines: int = 8      # lines remembered as poisoned by host writes
+    # training state (docs/training.md)
+    log_set_sets: int = 256    # logged-set sets (power of two); exact per-batch set of rows
+    log_set_ways: int = 2      # logged-set ways; a row that finds its set full is re-logged
+    log_window: int = 128      # undo records in flight at most (recovery scans this far past
+                               # the first invalid slot)
+    upd_buckets: int = 256     # update engine: hashed counters of rows with a write in flight
 
     def __post_init__(self):
         def need(cond, msg):
@@ -81,10 +87,13 @@ class DeviceConfig:
         for name, lo, hi in (("sf_sets", 1, 4096), ("sf_ways", 1, 16), ("bi_tags", 1, 64),
                              ("park_slots", 1, 16), ("host_reads", 2, 4096),
                              ("host_writes", 2, 4096), ("wr_buckets", 1, 4096),
-                             ("poison_lines", 1, 64)):
+                             ("poison_lines", 1, 64), ("log_set_sets", 1, 4096),
+                             ("log_set_ways", 1, 8), ("log_window", 1, 1024),
+                             ("upd_buckets", 1, 4096)):
             v = getattr(self, name)
             need(isinstance(v, int) and lo <= v <= hi, f"{name} must be {lo}..{hi}, got {v!r}")
-        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets"):
+        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets",
+                     "upd_buckets"):
             v = getattr(self, name)
             need(v & (v - 1) == 0, f"{name} must be a power of two, got {v}")
 
@@ -92,6 +101,11 @@ class DeviceConfig:
     def max_bag(self) -> int:
         """Longest bag the pooling accumulator sums exactly (longer bags are an error)."""
         return 1 << (self.acc_bits - 32)
+
+    @property
+    def log_slots(self) -> int:
+        """Undo-log slots in the log region (docs/training.md)."""
+        return self.log_size // (9 * LINE_BYTES)
 
     @property
     def beats_per_line(self) -> int:
@@ -136,7 +150,8 @@ CONFIGS = {
     # - max_writes=64: pooled output lines are written at most at the row read rate.
     # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
     "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64, sf_sets=16,
-                               bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64),
+                               bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64,
+                               log_set_sets=64, log_window=64, upd_buckets=64),
 }
 
 

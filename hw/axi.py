@@ -1,4 +1,4 @@
-"""AXI4 (full) interface signature for the media port.
+"""AXI4 (full) interface signature for the media port, AXI4-Lite for the CSR port.
 
 Members are flat signals named as in the AXI spec (``awaddr``, ``rdata``...), so a port named
 ``m_axi`` appears in Verilog as ``m_axi__awaddr`` and cocotbext-axi finds it with
@@ -7,10 +7,12 @@ Members are flat signals named as in the AXI spec (``awaddr``, ``rdata``...), so
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4Signature", "BURST_INCR", "RESP_OKAY"]
+__all__ = ["AXI4Signature", "AXI4LiteSignature",
+           "BURST_INCR", "RESP_OKAY", "RESP_SLVERR"]
 
 BURST_INCR = 0b01
 RESP_OKAY = 0b00
+RESP_SLVERR = 0b10
 
 
 class AXI4Signature(wiring.Signature):
@@ -45,3 +47,32 @@ class AXI4Signature(wiring.Signature):
     def __repr__(self):
         return (f"AXI4Signature(addr_width={self.addr_width}, data_width={self.data_width}, "
                 f"id_width={self.id_width})")
+
+
+class AXI4LiteSignature(wiring.Signature):
+    """AXI4-Lite master signature: ``addr_width`` (bits, >= 2), ``data_width`` (32 or 64). No
+    prot signals (the slave sees them as absent/zero). A slave port is
+    ``In(AXI4LiteSignature(...))``; named ``axil`` it appears in Verilog as ``axil__awaddr`` and
+    cocotbext-axi finds it with ``AxiLiteBus.from_prefix(dut, "axil_")``."""
+
+    def __init__(self, *, addr_width, data_width):
+        if not isinstance(addr_width, int) or addr_width < 2:
+            raise ValueError(f"addr_width must be an int >= 2, got {addr_width!r}")
+        if data_width not in (32, 64):
+            raise ValueError(f"AXI4-Lite data_width must be 32 or 64, got {data_width!r}")
+        self.addr_width, self.data_width = addr_width, data_width
+        super().__init__({
+            "awaddr": Out(addr_width), "awvalid": Out(1), "awready": In(1),
+            "wdata": Out(data_width), "wstrb": Out(data_width // 8), "wvalid": Out(1),
+            "wready": In(1),
+            "bresp": In(2), "bvalid": In(1), "bready": Out(1),
+            "araddr": Out(addr_width), "arvalid": Out(1), "arready": In(1),
+            "rdata": In(data_width), "rresp": In(2), "rvalid": In(1), "rready": Out(1),
+        })
+
+    def __eq__(self, other):
+        return (isinstance(other, AXI4LiteSignature) and self.addr_width == other.addr_width and
+                self.data_width == other.data_width)
+
+    def __repr__(self):
+        return f"AXI4LiteSignature(addr_width={self.addr_width}, data_width={self.data_width})"

@@ -106,6 +106,7 @@ LOG_SLOT_BYTES = LOG_SLOT_LINES * 64
 LOG_HDR_FIELDS = (
     ("magic", 0, 4), ("table", 4, 2), ("dim", 6, 2), ("batch", 8, 8), ("row", 16, 4),
     ("crc", 20, 4), ("addr", 24, 8),   # addr: byte address of the row
+    ("epoch", 32, 8),                  # superblock recovery_epoch when the record was written
 )
 
 # Superblock: one line at superblock_base
@@ -113,7 +114,7 @@ SB_MAGIC = 0x4C584354           # "TCXL"
 SB_VERSION = 1
 SB_FIELDS = (
     ("magic", 0, 4), ("version", 4, 4), ("committed", 8, 8), ("mlp_slot", 16, 8),
-    ("mlp_epoch", 24, 8),
+    ("mlp_epoch", 24, 8), ("recovery_epoch", 32, 8),
 )
 
 

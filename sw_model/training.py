@@ -1,0 +1,559 @@
+"""Golden model of the failure-tolerant training state, implementing docs/training.md exactly.
+
+The model executes descriptors one at a time against a ``MemoryImage`` and writes the same bytes
+as the RTL: table rows, undo-log slots, superblock, outputs and completion records (``cycles`` is
+0). Every memory write of the device but the LOOKUP outputs (see below) goes through
+``TrainingDevice._write`` and is reported to
+the optional hook ``on_write(addr, data, what)`` after it lands, so a test can rebuild the image
+at any persistence point (a crash) by replaying a prefix of the writes.
+
+Write order (the model's; the contract allows more freedom, the final image is the same):
+LOOKUP: outputs (``DeviceModel.lookup``), then for each record its data lines then its header;
+UPDATE: per row, if it must be logged, the record (data lines, header), then the row (one write);
+COMMIT: the 8-byte ``committed`` word; recovery: rows from the highest slot down, then the 8-byte
+``recovery_epoch`` word; formatting: the zero line, then the magic/version word (no epoch write);
+each completion record after its descriptor's writes. ``what`` is one of ``"log_data"``,
+``"log_header"``, ``"row"``, ``"commit"``, ``"recover_row"``, ``"sb_epoch"``, ``"sb_format"``,
+``"sb_magic"``, ``"cpl"``. Exception: LOOKUP outputs are written by ``DeviceModel.lookup``
+directly and are not reported (staging only; no persistence state depends on them).
+
+Recovery epoch (docs/training.md sections 5-6): the device keeps ``recovery_epoch``, a copy of the
+superblock word, and writes it into every undo record header (``epoch``, bytes 32..39). Recovery
+only scans and applies *current* records (magic, ``batch == C+1``, ``epoch == E``) and ends with
+``recovery_epoch = E+1`` (copy too); formatting leaves word and copy 0.
+
+Choices where docs/training.md leaves room (the RTL must match these):
+
+1. LOOKUP + LOG, rows logged: the rows of bags ``0 .. w-1`` (the bags that pass) in issue order,
+   plus, when the LOOKUP fails with ``INDEX_RANGE`` in bag ``w``, the rows of bag ``w`` before
+   the failing index (they were read). A bag-level failure (``OFFSETS_ORDER``, ``BAG_TOO_LONG``,
+   ``ADDR_RANGE`` of the indices end) of bag ``w`` logs no row of bag ``w``; command-level
+   failures log nothing.
+2. LOOKUP + LOG with a full log: a row that finds the log full is not logged and not inserted in
+   the logged set; later rows that are already in the set need no record, the others also find
+   the log full. Status (as the doc now says): the lookup's own error, if any, wins (all its
+   fields are the lookup's); otherwise ``LOG_FULL`` with ``err_value = log_slots`` and
+   ``err_bag`` = the bag of the first row that could not be logged. ``rows``/``sat``/``lines`` are always the lookup's (its
+   outputs are written). ``log_records`` = records written.
+3. UPDATE ``LOG_FULL``: ``err_bag`` = the bag of the row that could not be logged; ``rows``,
+   ``sat``, ``lines``, ``log_records`` count what was done before it.
+4. Completion ``batch`` is the descriptor's batch in every case (for a successful COMMIT that is
+   the batch now committed); ``kind`` is the descriptor's raw kind byte (also for
+   ``UNKNOWN_KIND``); ``err_bag`` is 0 for every error that is not bag-level or row-level.
+5. ``RING_CONFIG`` check order at the doorbell: ``CMD_SIZE`` (power of two in 2..65536, value =
+   size), then ``CMD_BASE`` (64 B aligned and ``[base, base + 64*size)`` inside staging, value =
+   base), then ``CPL_BASE`` (same, value = base). Doorbell check order as section 3 lists them.
+6. Addresses and sizes of descriptors and the table directory are compared as unbounded
+   integers (no truncation to ``addr_bits``; an address outside every region fails the
+   region check).
+7. ``BAD_TABLE`` is only table id >= ``N_TABLES``; an invalid directory entry of a valid id fails
+   the engine's own checks (``BAD_DIM``/``ALIGN``/``ADDR_RANGE``), as section 2 says.
+8. Recovery formatting writes the whole superblock line as zeros first, then the 8-byte
+   magic/version word; it does not write ``recovery_epoch`` (stays 0 from the zero line).
+   Recovery while descriptors are pending is refused with ``CSR_BUSY``. The epoch write happens
+   on every non-formatting recovery, also when no record was applied; ``E+1`` wraps modulo 2^64.
+9. ``seq`` counts every descriptor completed (via ``execute`` or the ring) since the last ring
+   configuration or reset, modulo 2^32.
+10. ``configure_ring`` models the host's five 32-bit register writes in the order CMD_BASE_LO,
+   CMD_BASE_HI, CMD_SIZE, CPL_BASE_LO, CPL_BASE_HI; refused while pending, each one reports its
+   own ``CSR_BUSY`` (value = that register's byte address from hw/csr/regmap.json).
+11. Device reset sets the epoch copy to 0; it is meaningless until recovery loads it (no
+   descriptor runs before recovery).
+"""
+import json
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from hw.config import DeviceConfig, ELEMS_PER_LINE, LINE_BYTES, SUPPORTED_DIMS
+from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG,
+                          FLAG_NOLOG, LOG_HDR_FIELDS, LOG_MAGIC, LOG_SLOT_BYTES, N_TABLES,
+                          SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, DeviceError, pack_fields,
+                          unpack_fields)
+from .device import DeviceModel, LookupCmd
+from .fixedpoint import I32_MAX, I32_MIN, mul_round
+from .memory import MemoryImage
+
+E = DeviceError
+
+# CSR byte addresses used as ``err_value`` of CSR_BUSY, read from the generated register map
+# (hw/csr/regmap.json, a shared encoding like hw/encodings.py; read as data, hw.csr is not
+# imported).
+REGMAP_JSON = Path(__file__).resolve().parent.parent / "hw" / "csr" / "regmap.json"
+CSR_NAMES = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI")
+RING_CSRS = CSR_NAMES[1:]             # the order configure_ring writes them
+
+
+def _load_csr_addr(path=REGMAP_JSON) -> dict:
+    regs = {r["name"]: int(r["offset"]) for r in json.loads(Path(path).read_text())["registers"]}
+    missing = [n for n in CSR_NAMES if n not in regs]
+    if missing:
+        raise KeyError(f"{path}: registers {missing} missing")
+    return {n: regs[n] for n in CSR_NAMES}
+
+
+CSR_ADDR = _load_csr_addr()
+
+
+# ---- undo log: logged set, record layout, CRC ----------------------------------------------------
+
+def log_set_index(sets: int, table: int, row: int) -> int:
+    """Set of ``(table, row)``: ``(row ^ (row >> S) ^ table) & (sets - 1)``, ``S = log2(sets)``."""
+    s = sets.bit_length() - 1
+    return (row ^ (row >> s) ^ table) & (sets - 1)
+
+
+class LoggedSet:
+    """Exact per-batch set of logged ``(table, row)``: ``sets`` x ``ways``, lowest invalid way
+    first, no replacement (a full set refuses the insert and counts an overflow)."""
+
+    def __init__(self, sets: int, ways: int):
+        self.sets, self.ways = sets, ways
+        self.overflows = 0
+        self.clear()
+
+    def clear(self):
+        """Retire: every way invalid (``overflows`` is a lifetime counter and is kept)."""
+        self.ways_of = [[None] * self.ways for _ in range(self.sets)]
+
+    def contains(self, table: int, row: int) -> bool:
+        return (table, row) in self.ways_of[log_set_index(self.sets, table, row)]
+
+    def insert(self, table: int, row: int) -> bool:
+        """Insert into the lowest invalid way; False (one overflow counted) if the set is full."""
+        ways = self.ways_of[log_set_index(self.sets, table, row)]
+        for i, w in enumerate(ways):
+            if w is None:
+                ways[i] = (table, row)
+                return True
+        self.overflows += 1
+        return False
+
+
+def record_crc(row_bytes: bytes, header_line: bytes) -> int:
+    """CRC-32 (zlib) over the old row contents then the 64-byte header line with ``crc`` zeroed."""
+    hdr = bytearray(header_line[:LINE_BYTES])
+    _, off, w = next(f for f in LOG_HDR_FIELDS if f[0] == "crc")
+    hdr[off:off + w] = bytes(w)
+    return zlib.crc32(bytes(row_bytes) + bytes(hdr)) & 0xFFFFFFFF
+
+
+def make_record(table: int, dim: int, batch: int, row: int, addr: int, row_bytes: bytes,
+                epoch: int) -> bytes:
+    """Header line (64 B) of an undo record for the given old row contents (CRC filled in);
+    ``epoch`` = the device's copy of the superblock's ``recovery_epoch``."""
+    vals = dict(magic=LOG_MAGIC, table=table, dim=dim, batch=batch, row=row, addr=addr, crc=0,
+                epoch=epoch)
+    hdr = pack_fields(LOG_HDR_FIELDS, vals, LINE_BYTES)
+    vals["crc"] = record_crc(row_bytes, hdr)
+    return pack_fields(LOG_HDR_FIELDS, vals, LINE_BYTES)
+
+
+def slot_addr(cfg: DeviceConfig, s: int) -> int:
+    return cfg.log_base + LOG_SLOT_BYTES * s
+
+
+def read_records(cfg: DeviceConfig, mem: MemoryImage, n: int) -> list[dict]:
+    """Headers of slots 0..n-1 as dicts (plus ``data``, the dim*4 bytes after, if dim is valid)."""
+    out = []
+    for s in range(n):
+        a = slot_addr(cfg, s)
+        h = unpack_fields(LOG_HDR_FIELDS, mem.read(a, LINE_BYTES))
+        if h["dim"] in SUPPORTED_DIMS:
+            h["data"] = mem.read(a + LINE_BYTES, h["dim"] * 4)
+        out.append(h)
+    return out
+
+
+class _Stop(Exception):
+    """Internal: ends a descriptor with an error status (counters so far are kept)."""
+
+    def __init__(self, code, value, bag=0):
+        self.code, self.value, self.bag = E(code), int(value), int(bag)
+
+
+# ---- the device ----------------------------------------------------------------------------------
+
+class TrainingDevice:
+    """Training state machine of docs/training.md over ``mem``.
+
+    Registers (model attributes): ``committed`` (C), ``recovery_epoch`` (the device's copy of
+    the superblock word, written into record headers), ``ready``, ``lr`` (LR CSR, u32),
+    ``tables[t] = (base, rows, dim)``, ``err_code``, ``err_value``, ``err_count``,
+    ``status_error`` (sticky), ``irq_status`` (set of "CPL", "ERR", "RECOVERED"),
+    ``recovered_records``, ``next_slot`` (LOG_SLOT), ring ``cmd_base``/``cmd_size``/
+    ``cpl_base``/``head``/``tail``, ``seq``. ``logged`` is the logged set.
+    """
+
+    def __init__(self, cfg: DeviceConfig, mem: MemoryImage):
+        self.cfg = cfg
+        self.mem = mem
+        self.on_write = None            # hook(addr, data: bytes, what: str) after every write
+        self.tables = [(0, 0, 0)] * N_TABLES
+        self.lr = 0
+        self.reset()
+
+    # -- reset and registers -----------------------------------------------------------------------
+    def reset(self):
+        """Device reset: not ready, log retired, ring unconfigured and empty, errors cleared.
+        The table directory and LR keep their values (the host reprograms them anyway)."""
+        self.ready = False
+        self.committed = 0
+        self.recovery_epoch = 0
+        self.logged = LoggedSet(self.cfg.log_set_sets, self.cfg.log_set_ways)
+        self.next_slot = 0
+        self.recovered_records = 0
+        self.err_code, self.err_value, self.err_count = E.OK, 0, 0
+        self.status_error = False
+        self.irq_status = set()
+        self.cmd_base = self.cmd_size = self.cpl_base = 0
+        self.head = self.tail = 0
+        self.seq = 0
+
+    def set_table(self, t: int, base: int, rows: int, dim: int):
+        """Program directory entry ``t`` (TABLE<t>_BASE/ROWS/DIM)."""
+        if not 0 <= t < N_TABLES:
+            raise ValueError(f"table id {t} outside 0..{N_TABLES - 1}")
+        for name, v, bits in (("base", base, 64), ("rows", rows, 32), ("dim", dim, 32)):
+            if not 0 <= int(v) < (1 << bits):
+                raise ValueError(f"TABLE{t}_{name.upper()}={v} does not fit {bits} bits")
+        self.tables[t] = (int(base), int(rows), int(dim))
+
+    def err_clear(self):
+        self.status_error = False
+
+    def _error(self, code, value):
+        self.err_code, self.err_value = E(code), int(value)
+        self.err_count += 1
+        self.status_error = True
+        self.irq_status.add("ERR")
+
+    def _write(self, addr: int, data: bytes, what: str):
+        data = bytes(data)
+        self.mem.write(addr, data)
+        if self.on_write is not None:
+            self.on_write(addr, data, what)
+
+    @property
+    def log_slots(self) -> int:
+        return self.cfg.log_slots
+
+    @property
+    def pending(self) -> int:
+        return (self.tail - self.head) % self.cmd_size if self.cmd_size else 0
+
+    # -- tables ----------------------------------------------------------------------------------
+    def table_array(self, t: int) -> np.ndarray:
+        """Current contents of table ``t`` as int32 (rows, dim)."""
+        base, rows, dim = self.tables[t]
+        return self.mem.read_i32(base, rows * dim).reshape(rows, dim)
+
+    def snapshot_tables(self, table_ids=None) -> dict:
+        """``{t: bytes}`` of the configured tables (all with dim > 0 and rows > 0 by default)."""
+        if table_ids is None:
+            table_ids = [t for t, (_, r, d) in enumerate(self.tables) if r and d]
+        return {t: self.mem.read(self.tables[t][0], self.tables[t][1] * self.tables[t][2] * 4)
+                for t in table_ids}
+
+    # -- recovery (section 6) --------------------------------------------------------------------
+    def recover(self) -> int:
+        """CONTROL.RECOVER: format a fresh superblock or roll the open batch back from the undo
+        log (current records only), then ``recovery_epoch = E+1``. Sets ``ready``,
+        ``committed``, ``recovery_epoch``, ``recovered_records``; returns records applied.
+        With descriptors pending it is refused (``CSR_BUSY``) and returns -1."""
+        cfg, mem = self.cfg, self.mem
+        if self.pending:
+            self._error(E.CSR_BUSY, CSR_ADDR["CONTROL"])
+            return -1
+        sb = unpack_fields(SB_FIELDS, mem.read(cfg.superblock_base, LINE_BYTES))
+        applied = 0
+        if sb["magic"] != SB_MAGIC or sb["version"] != SB_VERSION:
+            self._write(cfg.superblock_base, bytes(LINE_BYTES), "sb_format")
+            word = SB_MAGIC | (SB_VERSION << 32)
+            self._write(cfg.superblock_base, word.to_bytes(8, "little"), "sb_magic")
+            c = epoch = 0
+        else:
+            c, e = sb["committed"], sb["recovery_epoch"]
+            open_batch = c + 1
+
+            def current(h):
+                return h["magic"] == LOG_MAGIC and h["batch"] == open_batch and h["epoch"] == e
+
+            q = 0
+            while q < self.log_slots:
+                if not current(unpack_fields(LOG_HDR_FIELDS,
+                                             mem.read(slot_addr(cfg, q), LINE_BYTES))):
+                    break
+                q += 1
+            t0, t1 = cfg.table_base, cfg.table_base + cfg.table_size
+            for s in range(min(q + cfg.log_window, self.log_slots) - 1, -1, -1):
+                a = slot_addr(cfg, s)
+                line = mem.read(a, LINE_BYTES)
+                h = unpack_fields(LOG_HDR_FIELDS, line)
+                dim, addr = h["dim"], h["addr"]
+                if not (current(h) and dim in SUPPORTED_DIMS and addr % LINE_BYTES == 0
+                        and t0 <= addr and addr + dim * 4 <= t1):
+                    continue
+                data = mem.read(a + LINE_BYTES, dim * 4)
+                if record_crc(data, line) != h["crc"]:
+                    continue
+                self._write(addr, data, "recover_row")
+                applied += 1
+            # every rollback write has landed (the model's writes are immediate): new epoch
+            epoch = (e + 1) & (2**64 - 1)
+            _, off, w = next(f for f in SB_FIELDS if f[0] == "recovery_epoch")
+            self._write(cfg.superblock_base + off, epoch.to_bytes(w, "little"), "sb_epoch")
+        self.committed = c
+        self.recovery_epoch = epoch
+        self.logged.clear()
+        self.next_slot = 0
+        self.recovered_records = applied
+        self.ready = True
+        self.irq_status.add("RECOVERED")
+        return applied
+
+    # -- undo log ----------------------------------------------------------------------------------
+    def _log_row(self, t: int, row: int, addr: int, dim: int, old: bytes) -> bool:
+        """Write the record of ``row`` (old contents ``old``) in the next slot; False if full."""
+        if self.next_slot >= self.log_slots:
+            return False
+        a = slot_addr(self.cfg, self.next_slot)
+        self._write(a + LINE_BYTES, old, "log_data")
+        self._write(a, make_record(t, dim, self.committed + 1, row, addr, old,
+                                   self.recovery_epoch), "log_header")
+        self.next_slot += 1
+        return True
+
+    # -- checks shared by LOOKUP and UPDATE --------------------------------------------------------
+    def _cmd_checks(self, dim, rows, tbase, data_addr, oaddr, iaddr, n):
+        """lookup.md command-level checks 1-3 (``data_addr`` = out or grads); raises _Stop."""
+        cfg = self.cfg
+        if dim not in SUPPORTED_DIMS:
+            raise _Stop(E.BAD_DIM, dim)
+        for a, al in ((tbase, LINE_BYTES), (data_addr, LINE_BYTES), (oaddr, 4), (iaddr, 4)):
+            if a % al:
+                raise _Stop(E.ALIGN, a)
+        t0, t1 = cfg.table_base, cfg.table_base + cfg.table_size
+        s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        for base, length, r0, r1 in ((tbase, rows * dim * 4, t0, t1), (oaddr, 4 * (n + 1), s0, s1),
+                                     (data_addr, n * dim * 4, s0, s1)):
+            if not (r0 <= base and base + length <= r1):
+                raise _Stop(E.ADDR_RANGE, base)
+        if not (s0 <= iaddr <= s1):
+            raise _Stop(E.ADDR_RANGE, iaddr)
+
+    def _bag(self, oaddr, iaddr, b):
+        """Offsets of bag ``b`` after bag-level checks 4-6 (raises _Stop with bag = b)."""
+        s, e = (int(v) for v in self.mem.read_u32(oaddr + 4 * b, 2))
+        if e < s:
+            raise _Stop(E.OFFSETS_ORDER, e, b)
+        if e - s > self.cfg.max_bag:
+            raise _Stop(E.BAG_TOO_LONG, e - s, b)
+        end = iaddr + 4 * e
+        if end > self.cfg.staging_base + self.cfg.staging_size:
+            raise _Stop(E.ADDR_RANGE, end, b)
+        return s, e
+
+    # -- descriptors -------------------------------------------------------------------------------
+    def execute(self, desc: bytes) -> bytes:
+        """Run one 64-byte descriptor; returns its 64-byte completion record (not written to
+        memory; ``process`` does that). Raises RuntimeError before recovery (the doorbell is
+        refused then, so a descriptor can never run)."""
+        if not self.ready:
+            raise RuntimeError("execute before recover()")
+        if len(desc) != DESC_BYTES:
+            raise ValueError(f"descriptor must be {DESC_BYTES} bytes, got {len(desc)}")
+        d = unpack_fields(DESC_FIELDS, desc)
+        cpl = dict(tag=d["tag"], kind=d["kind"], status=E.OK, batch=d["batch"])
+        ctr = dict(rows=0, sat=0, lines=0, log_records=0)
+        try:
+            kind = d["kind"]
+            if kind not in (DescKind.LOOKUP, DescKind.UPDATE, DescKind.COMMIT):
+                raise _Stop(E.UNKNOWN_KIND, kind)
+            if kind != DescKind.COMMIT and d["table"] >= N_TABLES:
+                raise _Stop(E.BAD_TABLE, d["table"])
+            logged_kind = kind != DescKind.LOOKUP or (d["flags"] & FLAG_LOG)
+            if logged_kind and d["batch"] != self.committed + 1:
+                raise _Stop(E.WRONG_BATCH, d["batch"])
+            if kind == DescKind.LOOKUP:
+                self._lookup(d, ctr)
+            elif kind == DescKind.UPDATE:
+                self._update(d, ctr)
+            else:
+                ctr["log_records"] = self.next_slot
+                self._write(self.cfg.superblock_base + 8, d["batch"].to_bytes(8, "little"),
+                            "commit")
+                self.logged.clear()
+                self.next_slot = 0
+                self.committed = d["batch"]
+        except _Stop as stop:
+            cpl.update(status=stop.code, err_value=stop.value, err_bag=stop.bag)
+            self._error(stop.code, stop.value)
+        cpl.update(ctr)
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        cpl["seq"] = self.seq
+        return pack_fields(CPL_FIELDS, cpl, CPL_BYTES)
+
+    def _lookup(self, d, ctr):
+        t = d["table"]
+        tbase, rows, dim = self.tables[t]
+        n, oaddr, iaddr, out = d["n_bags"], d["offsets_addr"], d["indices_addr"], d["data_addr"]
+        self._cmd_checks(dim, rows, tbase, out, oaddr, iaddr, n)
+        lc = DeviceModel(self.cfg, self.mem).lookup(LookupCmd(
+            tag=0, dim=dim, table_rows=rows, n_bags=n, table_base=tbase, offsets_addr=oaddr,
+            indices_addr=iaddr, out_addr=out))
+        ctr.update(rows=lc.rows, sat=lc.sat, lines=lc.out_lines)
+        full_bag = None
+        if d["flags"] & FLAG_LOG:
+            for b, x in self._lookup_issue_rows(lc, n, rows, oaddr, iaddr):
+                if self.logged.contains(t, x):
+                    continue
+                addr = tbase + x * dim * 4
+                if not self._log_row(t, x, addr, dim, self.mem.read(addr, dim * 4)):
+                    if full_bag is None:
+                        full_bag = b
+                    continue
+                self.logged.insert(t, x)
+                ctr["log_records"] += 1
+        if lc.err_code:
+            raise _Stop(int(lc.err_code), lc.err_value, lc.err_bag)
+        if full_bag is not None:
+            raise _Stop(E.LOG_FULL, self.log_slots, full_bag)
+
+    def _lookup_issue_rows(self, lc, n, rows, oaddr, iaddr):
+        """``(bag, row)`` read by a LOOKUP that passed its command-level checks, in issue order
+        (docstring choice 1)."""
+        w = lc.err_bag if lc.err_code else n
+        for b in range(w + (1 if lc.err_code == E.INDEX_RANGE else 0)):
+            s, e = (int(v) for v in self.mem.read_u32(oaddr + 4 * b, 2))
+            for x in self.mem.read_u32(iaddr + 4 * s, e - s).tolist():
+                if x >= rows:           # only in bag w: the failing index ends the reads
+                    return
+                yield b, x
+
+    def _update(self, d, ctr):
+        cfg, mem = self.cfg, self.mem
+        t = d["table"]
+        tbase, rows, dim = self.tables[t]
+        n, oaddr, iaddr, gaddr = d["n_bags"], d["offsets_addr"], d["indices_addr"], d["data_addr"]
+        nolog = bool(d["flags"] & FLAG_NOLOG)
+        lr = d["lr"] if d["flags"] & FLAG_DESC_LR else self.lr
+        self._cmd_checks(dim, rows, tbase, gaddr, oaddr, iaddr, n)
+        rb = dim * 4
+        for b in range(n):
+            s, e = self._bag(oaddr, iaddr, b)
+            delta = mul_round(lr, mem.read_i32(gaddr + b * rb, dim), cfg.frac_bits)
+            for x in mem.read_u32(iaddr + 4 * s, e - s).tolist():
+                if x >= rows:
+                    raise _Stop(E.INDEX_RANGE, x, b)
+                addr = tbase + x * rb
+                old = mem.read(addr, rb)
+                if not nolog and not self.logged.contains(t, x):
+                    if not self._log_row(t, x, addr, dim, old):
+                        raise _Stop(E.LOG_FULL, self.log_slots, b)
+                    ctr["log_records"] += 1
+                    self.logged.insert(t, x)
+                raw = np.frombuffer(old, dtype="<i4").astype(np.int64) - delta
+                new = np.clip(raw, I32_MIN, I32_MAX)
+                self._write(addr, new.astype("<i4").tobytes(), "row")
+                ctr["sat"] += int(np.count_nonzero(new != raw))
+                ctr["rows"] += 1
+                ctr["lines"] += dim // ELEMS_PER_LINE
+
+    # -- convenience layer -------------------------------------------------------------------------
+    @staticmethod
+    def make_desc(**fields) -> bytes:
+        """64-byte descriptor from ``DESC_FIELDS`` names (``out_addr``/``grads_addr`` alias
+        ``data_addr``)."""
+        for alias in ("out_addr", "grads_addr"):
+            if alias in fields:
+                fields["data_addr"] = fields.pop(alias)
+        return pack_fields(DESC_FIELDS, fields, DESC_BYTES)
+
+    @staticmethod
+    def parse_cpl(rec: bytes) -> dict:
+        c = unpack_fields(CPL_FIELDS, rec)
+        c["status"] = E(c["status"]) if c["status"] in E._value2member_map_ else c["status"]
+        return c
+
+    def lookup(self, table, n_bags, offsets_addr, indices_addr, out_addr, *, log=False,
+               batch=None, tag=0) -> dict:
+        """LOOKUP (with LOG if ``log``); ``batch`` defaults to the open batch."""
+        batch = self.committed + 1 if batch is None else batch
+        return self.parse_cpl(self.execute(self.make_desc(
+            kind=DescKind.LOOKUP, flags=FLAG_LOG if log else 0, table=table, tag=tag,
+            batch=batch, n_bags=n_bags, offsets_addr=offsets_addr, indices_addr=indices_addr,
+            data_addr=out_addr)))
+
+    def update(self, table, n_bags, offsets_addr, indices_addr, grads_addr, *, lr=None,
+               nolog=False, batch=None, tag=0) -> dict:
+        """UPDATE; ``lr`` given = flag DESC_LR with that lr, else the LR CSR."""
+        batch = self.committed + 1 if batch is None else batch
+        flags = (FLAG_NOLOG if nolog else 0) | (FLAG_DESC_LR if lr is not None else 0)
+        return self.parse_cpl(self.execute(self.make_desc(
+            kind=DescKind.UPDATE, flags=flags, table=table, tag=tag, batch=batch,
+            n_bags=n_bags, lr=lr or 0, offsets_addr=offsets_addr, indices_addr=indices_addr,
+            data_addr=grads_addr)))
+
+    def commit(self, batch=None, tag=0) -> dict:
+        batch = self.committed + 1 if batch is None else batch
+        return self.parse_cpl(self.execute(self.make_desc(kind=DescKind.COMMIT, tag=tag,
+                                                          batch=batch)))
+
+    # -- rings (section 3) -----------------------------------------------------------------------
+    def configure_ring(self, cmd_base: int, cmd_size: int, cpl_base: int) -> DeviceError:
+        """Write CMD_BASE_LO, CMD_BASE_HI, CMD_SIZE, CPL_BASE_LO, CPL_BASE_HI (in that order).
+        While descriptors are pending each of the five writes is refused with ``CSR_BUSY``
+        (value = its byte address, ``CSR_ADDR``; five errors counted, the last one's value left
+        in ``err_value``; registers unchanged); otherwise head = tail = seq = 0. Validity is
+        checked at the doorbell, not here."""
+        if self.pending:
+            for reg in RING_CSRS:
+                self._error(E.CSR_BUSY, CSR_ADDR[reg])
+            return E.CSR_BUSY
+        self.cmd_base, self.cmd_size, self.cpl_base = int(cmd_base), int(cmd_size), int(cpl_base)
+        self.head = self.tail = 0
+        self.seq = 0
+        return E.OK
+
+    def _ring_config_error(self):
+        size = self.cmd_size
+        if not (2 <= size <= 65536 and size & (size - 1) == 0):
+            return size
+        s0, s1 = self.cfg.staging_base, self.cfg.staging_base + self.cfg.staging_size
+        for base in (self.cmd_base, self.cpl_base):
+            if base % LINE_BYTES or not (s0 <= base and base + size * 64 <= s1):
+                return base
+        return None
+
+    def doorbell(self, v: int) -> DeviceError:
+        """Write CMD_TAIL = ``v``: checks of section 3 in order; accepted -> pending (run them
+        with ``process``). A rejected doorbell changes nothing but the error registers."""
+        v = int(v)
+        if not self.ready:
+            code, value = E.NOT_READY, v
+        elif (bad := self._ring_config_error()) is not None:
+            code, value = E.RING_CONFIG, bad
+        elif v >= self.cmd_size:
+            code, value = E.DOORBELL_RANGE, v
+        elif (v - self.tail) % self.cmd_size > self.cmd_size - 1 - self.pending:
+            code, value = E.RING_OVERFLOW, v
+        else:
+            self.tail = v
+            return E.OK
+        self._error(code, value)
+        return code
+
+    def process(self) -> list[dict]:
+        """Execute every pending descriptor in ring order: read it, execute, write its completion
+        to the same slot of the completion ring, advance head. Returns the parsed completions."""
+        out = []
+        while self.head != self.tail:
+            i = self.head
+            rec = self.execute(self.mem.read(self.cmd_base + DESC_BYTES * i, DESC_BYTES))
+            self._write(self.cpl_base + CPL_BYTES * i, rec, "cpl")
+            self.head = (i + 1) % self.cmd_size
+            self.irq_status.add("CPL")
+            out.append(self.parse_cpl(rec))
+        return out

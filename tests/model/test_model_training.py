@@ -1,0 +1,941 @@
+"""sw_model.training implements docs/training.md: UPDATE arithmetic, undo log, logged set, COMMIT,
+recovery (crash campaigns at every device write, recovery epoch), rings and every error code of
+sections 2-4.
+
+References are independent: UPDATE by a plain Python-int loop, the record layout by struct and a
+bitwise CRC-32, the logged set by a dict-based re-implementation, tables "at commit C" by
+snapshots taken by the test, CSR addresses by reading hw/csr/regmap.json here.
+"""
+import json
+import pathlib
+import struct
+
+import numpy as np
+import pytest
+
+from hw.config import DEFAULT
+from hw.encodings import (CPL_FIELDS, DESC_FIELDS, FLAG_LOG, LOG_MAGIC, LOG_SLOT_BYTES, SB_MAGIC,
+                          SB_VERSION, DescKind, DeviceError as E, pack_fields, unpack_fields)
+from sw_model.memory import MemoryImage
+from sw_model.training import CSR_ADDR, TrainingDevice, read_records
+from sw_model.workload import RegionAllocator
+
+I32_MIN, I32_MAX = -2**31, 2**31 - 1
+CFG = DEFAULT.with_(acc_bits=36)                  # max_bag = 16
+S1 = CFG.staging_base + CFG.staging_size
+SB_EPOCH = CFG.superblock_base + 32               # recovery_epoch word (SB_FIELDS)
+HDR = "<IHHQIIQQ"                                 # magic table dim batch row crc addr epoch
+
+
+def sb_epoch(mem):
+    return int.from_bytes(mem.read(SB_EPOCH, 8), "little")
+
+
+# ---- independent references ---------------------------------------------------------------------
+
+def rhe_shift(p: int, f: int) -> int:
+    """round_half_even(p / 2^f) with Python ints (divmod floors for negatives too)."""
+    if f == 0:
+        return p
+    q, r = divmod(p, 1 << f)
+    if 2 * r > (1 << f) or (2 * r == (1 << f) and q & 1):
+        q += 1
+    return q
+
+
+def ref_update(table, offsets, indices, grads, lr, f, rows_limit=None):
+    """Apply UPDATE in place on a list-of-lists int table; returns (applied, sat)."""
+    applied = sat = 0
+    for b in range(len(offsets) - 1):
+        for j in range(offsets[b], offsets[b + 1]):
+            r = indices[j]
+            if rows_limit is not None and applied == rows_limit:
+                return applied, sat
+            for e in range(len(table[r])):
+                v = table[r][e] - rhe_shift(lr * int(grads[b][e]), f)
+                c = min(max(v, I32_MIN), I32_MAX)
+                sat += c != v
+                table[r][e] = c
+            applied += 1
+    return applied, sat
+
+
+def crc32_bitwise(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0xEDB88320 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def ref_hash(sets, table, row):
+    s = sets.bit_length() - 1
+    return (row ^ (row >> s) ^ table) & (sets - 1)
+
+
+# ---- rig ----------------------------------------------------------------------------------------
+
+class Rig:
+    """Fresh memory, recovered device, random tables (and staged inputs via helpers)."""
+
+    def __init__(self, seed, cfg=CFG, shapes=((48, 32), (40, 16)), extreme=0.0, recover=True):
+        self.cfg, self.rng = cfg, np.random.default_rng(seed)
+        self.mem = MemoryImage(1 << cfg.addr_bits)
+        self.dev = TrainingDevice(cfg, self.mem)
+        if recover:
+            self.dev.recover()
+        ta = RegionAllocator(cfg.table_base, cfg.table_size)
+        self.sa = RegionAllocator(cfg.staging_base, cfg.staging_size)
+        self.shapes = shapes
+        for t, (rows, dim) in enumerate(shapes):
+            tab = self.rng.integers(-2**28, 2**28, size=(rows, dim), dtype=np.int64)
+            if extreme:
+                pick = self.rng.random((rows, dim)) < extreme
+                near = self.rng.integers(0, 1 << 20, size=(rows, dim))
+                rails = np.where(self.rng.random((rows, dim)) < 0.5, I32_MAX - near, I32_MIN + near)
+                tab = np.where(pick, rails, tab)
+            base = ta.alloc(tab.size * 4)
+            self.mem.write_i32(base, tab.ravel())
+            self.dev.set_table(t, base, rows, dim)
+        self.dev.lr = max(1, (1 << cfg.frac_bits) // 4)
+
+    def stage_bags(self, offsets, indices):
+        o = self.sa.alloc(4 * len(offsets))
+        i = self.sa.alloc(4 * max(1, len(indices)))
+        self.mem.write_u32(o, np.asarray(offsets, dtype=np.uint32))
+        self.mem.write_u32(i, np.asarray(indices, dtype=np.uint32))
+        return o, i
+
+    def random_bags(self, n_bags, rows, max_len=5, pool=None):
+        lens = self.rng.integers(0, max_len + 1, size=n_bags)
+        offsets = [0] + np.cumsum(lens).tolist()
+        choices = np.arange(rows) if pool is None else np.asarray(pool)
+        indices = self.rng.choice(choices, size=offsets[-1]).tolist()
+        return offsets, indices
+
+    def stage_grads(self, n_bags, dim, big=False):
+        lim = 2**31 if big else 2**26
+        g = self.rng.integers(-lim, lim, size=(n_bags, dim), dtype=np.int64)
+        if big:
+            g[self.rng.random((n_bags, dim)) < 0.2] = I32_MIN
+            g[self.rng.random((n_bags, dim)) < 0.2] = I32_MAX
+        a = self.sa.alloc(max(64, g.size * 4))
+        self.mem.write_i32(a, g.ravel())
+        return a, g
+
+    def stage_update(self, t, offsets, indices, big=False):
+        o, i = self.stage_bags(offsets, indices)
+        g, grads = self.stage_grads(len(offsets) - 1, self.shapes[t][1], big)
+        return dict(table=t, n_bags=len(offsets) - 1, offsets_addr=o, indices_addr=i,
+                    grads_addr=g), grads
+
+    def stage_lookup(self, t, offsets, indices):
+        o, i = self.stage_bags(offsets, indices)
+        out = self.sa.alloc(max(64, (len(offsets) - 1) * self.shapes[t][1] * 4))
+        return dict(table=t, n_bags=len(offsets) - 1, offsets_addr=o, indices_addr=i,
+                    out_addr=out)
+
+    def table_list(self, t):
+        return self.dev.table_array(t).astype(np.int64).tolist()
+
+
+def fresh_device(cfg, img, rig):
+    d = TrainingDevice(cfg, img)
+    for t, entry in enumerate(rig.dev.tables):
+        d.set_table(t, *entry)
+    return d
+
+
+# ---- UPDATE arithmetic --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nolog", [False, True])
+@pytest.mark.parametrize("frac_bits", [24, 0, 30])
+def test_update_matches_loop(seed, nolog, frac_bits):
+    cfg = CFG.with_(frac_bits=frac_bits)
+    rig = Rig(seed, cfg, extreme=0.3)
+    dev = rig.dev
+    for step in range(6):
+        t = step % 2
+        rows, dim = rig.shapes[t]
+        offsets, indices = rig.random_bags(7, rows, max_len=6, pool=range(0, rows, 3))  # repeats
+        d, grads = rig.stage_update(t, offsets, indices, big=step % 3 == 0)
+        use_desc_lr = step % 2 == 1
+        lr = int(rig.rng.integers(0, 2**32)) if step % 3 == 0 else int(rig.rng.integers(0, 2**26))
+        if use_desc_lr:
+            dev.lr = 12345
+        else:
+            dev.lr = lr
+        exp = rig.table_list(t)
+        applied, sat = ref_update(exp, offsets, indices, grads, lr, frac_bits)
+        c = dev.update(**d, lr=lr if use_desc_lr else None, nolog=nolog, tag=0xABCD0000 + step)
+        msg = f"seed={seed} step={step}"
+        assert c["status"] == E.OK, msg
+        assert (c["rows"], c["sat"], c["lines"]) == (applied, sat, applied * dim // 16), msg
+        assert c["tag"] == 0xABCD0000 + step and c["kind"] == DescKind.UPDATE, msg
+        assert c["batch"] == dev.committed + 1 and c["cycles"] == 0, msg
+        assert rig.table_list(t) == exp, msg
+        if nolog:
+            assert c["log_records"] == 0 and dev.next_slot == 0, msg
+    if not nolog:
+        assert dev.next_slot > 0
+
+
+def test_update_saturation_rails(seed):
+    """A lane pushed past a rail is clamped and counted; one landing exactly on a rail is not."""
+    rig = Rig(seed, shapes=((4, 16),))
+    base = rig.dev.tables[0][0]
+    row = np.array([I32_MAX - 5] * 8 + [I32_MIN + 5] * 8, dtype=np.int64)
+    rig.mem.write_i32(base, row)
+    d, _ = rig.stage_update(0, [0, 1], [0])
+    grads = np.array([-10] * 4 + [-5] * 4 + [10] * 4 + [5] * 4, dtype=np.int64)
+    rig.mem.write_i32(d["grads_addr"], grads)
+    c = rig.dev.update(**d, lr=1 << CFG.frac_bits)        # lr = 1.0: delta = grad
+    assert (c["status"], c["rows"], c["sat"]) == (E.OK, 1, 8), c
+    assert rig.dev.table_array(0)[0].tolist() == [I32_MAX] * 8 + [I32_MIN] * 8
+
+
+def test_update_partial_failure(seed):
+    """INDEX_RANGE at row j of bag b: everything before applied, nothing after; bag-level errors."""
+    rig = Rig(seed)
+    dev = rig.dev
+    rows, dim = rig.shapes[0]
+    offsets, indices = [0, 3, 7, 9], [1, 2, 1, 4, 5, rows + 3, 6, 7, 8]
+    d, grads = rig.stage_update(0, offsets, indices)
+    exp = rig.table_list(0)
+    applied, sat = ref_update(exp, offsets, indices, grads, dev.lr, CFG.frac_bits, rows_limit=5)
+    c = dev.update(**d)
+    assert (c["status"], c["err_bag"], c["err_value"]) == (E.INDEX_RANGE, 1, rows + 3)
+    assert (c["rows"], c["sat"], c["lines"], c["log_records"]) == (5, sat, 5 * dim // 16, 4)
+    assert rig.table_list(0) == exp
+    assert (dev.err_code, dev.err_value, dev.err_count) == (E.INDEX_RANGE, rows + 3, 1)
+    # bag-level: offsets out of order at bag 1 -> only bag 0 applied
+    exp = rig.table_list(0)
+    offsets2, indices2 = [0, 2, 1, 3], [10, 11, 12]
+    d2, grads2 = rig.stage_update(0, offsets2, indices2)
+    ref_update(exp, offsets2[:2], indices2, grads2, dev.lr, CFG.frac_bits)
+    c = dev.update(**d2)
+    assert (c["status"], c["err_bag"], c["err_value"], c["rows"]) == (E.OFFSETS_ORDER, 1, 1, 2)
+    assert rig.table_list(0) == exp
+    # abort by recovery: state of the last commit (the initial tables)
+    dev.reset()
+    assert dev.recover() == 6
+    img = Rig(seed)                      # same seed -> same initial tables
+    assert dev.snapshot_tables() == img.dev.snapshot_tables()
+
+
+def test_update_command_checks(seed):
+    rig = Rig(seed, shapes=((8, 16), (8, 16), (4, 20)))
+    dev = rig.dev
+    d, _ = rig.stage_update(0, [0, 1], [0])
+    before = rig.mem.copy()
+    assert dev.update(**{**d, "table": 2})["status"] == E.BAD_DIM
+    c = dev.update(**{**d, "grads_addr": d["grads_addr"] + 4})
+    assert (c["status"], c["err_value"]) == (E.ALIGN, d["grads_addr"] + 4)
+    c = dev.update(**{**d, "grads_addr": S1 - 32})
+    assert (c["status"], c["err_value"]) == (E.ALIGN, S1 - 32)
+    c = dev.update(**{**d, "grads_addr": S1 - 64, "n_bags": 2})
+    assert (c["status"], c["err_value"]) == (E.ADDR_RANGE, S1 - 64)
+    c = dev.update(**{**d, "grads_addr": S1 - 64, "n_bags": 2, "offsets_addr": S1 - 8})
+    assert (c["status"], c["err_value"]) == (E.ADDR_RANGE, S1 - 8)     # offsets before grads
+    c = dev.update(**{**d, "indices_addr": S1 + 4})
+    assert (c["status"], c["err_value"]) == (E.ADDR_RANGE, S1 + 4)
+    dev.set_table(1, CFG.table_base + CFG.table_size - 64 * 7, 8, 16)
+    c = dev.update(**{**d, "table": 1})
+    assert (c["status"], c["err_value"]) == (E.ADDR_RANGE, CFG.table_base + CFG.table_size - 448)
+    assert rig.mem == before and dev.next_slot == 0 and dev.err_count == 7
+    c = dev.update(**{**d, "grads_addr": S1 - 64, "n_bags": 1})      # grads ending at S1: fine
+    assert (c["status"], c["rows"], c["log_records"]) == (E.OK, 1, 1)
+
+
+# ---- undo log: records, logged set, CRC ----------------------------------------------------------
+
+def test_record_layout_hand_built(seed):
+    rig = Rig(seed, shapes=((10, 32),))
+    dev = rig.dev
+    base = dev.tables[0][0]
+    old = rig.mem.read(base + 7 * 128, 128)
+    d, _ = rig.stage_update(0, [0, 1], [7])
+    assert dev.update(**d, tag=5)["log_records"] == 1
+    # epoch 0 after formatting
+    hdr0 = struct.pack(HDR, LOG_MAGIC, 0, 32, 1, 7, 0, base + 7 * 128, 0) + bytes(24)
+    crc = crc32_bitwise(old + hdr0)
+    hdr = struct.pack(HDR, LOG_MAGIC, 0, 32, 1, 7, crc, base + 7 * 128, 0) + bytes(24)
+    assert rig.mem.read(CFG.log_base, 64 + 128) == hdr + old
+    assert rig.mem.read(CFG.log_base + 192, LOG_SLOT_BYTES - 192) == bytes(LOG_SLOT_BYTES - 192)
+    # a large epoch E in the superblock: recovery ignores the epoch-0 record, writes E+1, and the
+    # next record carries E+1 (all 8 bytes)
+    e = int(rig.rng.integers(1, 2**63)) | (1 << 63)
+    rig.mem.write(SB_EPOCH, e.to_bytes(8, "little"))
+    dev.reset()
+    assert dev.recover() == 0 and dev.recovery_epoch == e + 1 and sb_epoch(rig.mem) == e + 1
+    old = rig.mem.read(base + 3 * 128, 128)
+    assert dev.update(**rig.stage_update(0, [0, 1], [3])[0])["log_records"] == 1
+    hdr0 = struct.pack(HDR, LOG_MAGIC, 0, 32, 1, 3, 0, base + 3 * 128, e + 1) + bytes(24)
+    crc = crc32_bitwise(old + hdr0)
+    hdr = struct.pack(HDR, LOG_MAGIC, 0, 32, 1, 3, crc, base + 3 * 128, e + 1) + bytes(24)
+    assert rig.mem.read(CFG.log_base, 64 + 128) == hdr + old, f"seed={seed}"
+    # E = 2^64 - 1 wraps to 0 (model choice 8)
+    rig.mem.write(SB_EPOCH, (2**64 - 1).to_bytes(8, "little"))
+    dev.reset()
+    assert dev.recover() == 0 and dev.recovery_epoch == 0 and sb_epoch(rig.mem) == 0
+
+
+def records_of(rig, n):
+    return [(h["table"], h["row"], h["data"]) for h in read_records(rig.cfg, rig.mem, n)]
+
+
+def test_lookup_log_then_update_one_record_per_row(seed):
+    rig = Rig(seed)
+    dev = rig.dev
+    snap = {t: rig.dev.table_array(t).copy() for t in (0, 1)}
+    issue = []                                   # (table, row) in issue order
+    lk = []
+    for t in (0, 1):
+        rows, dim = rig.shapes[t]
+        offsets, indices = rig.random_bags(6, rows, max_len=4)
+        d = rig.stage_lookup(t, offsets, indices)
+        c = dev.lookup(**d, log=True)
+        exp_out = np.array([snap[t][indices[offsets[b]:offsets[b + 1]]].astype(np.int64).sum(0)
+                            for b in range(6)]).reshape(6, dim)
+        out = rig.mem.read_i32(d["out_addr"], 6 * dim).reshape(6, dim)
+        assert np.array_equal(out, np.clip(exp_out, I32_MIN, I32_MAX)), f"seed={seed}"
+        firsts = [x for k, x in enumerate(indices) if x not in indices[:k]]
+        assert c["status"] == E.OK and c["log_records"] == len(firsts)
+        assert c["rows"] == len(indices) and c["lines"] == 6 * dim // 16
+        issue += [(t, x) for x in firsts]
+        lk.append((t, offsets, indices))
+    # updates touch the looked-up rows and a few new ones
+    for t, offsets, indices in lk:
+        rows = rig.shapes[t][0]
+        upd_idx = indices + [int(x) for x in rig.rng.integers(0, rows, 5)]
+        d, _ = rig.stage_update(t, list(offsets) + [len(upd_idx)], upd_idx)
+        c = dev.update(**d)
+        new = [x for k, x in enumerate(upd_idx) if x not in upd_idx[:k] and (t, x) not in issue]
+        assert c["status"] == E.OK and c["log_records"] == len(new), f"seed={seed}"
+        issue += [(t, x) for x in new]
+    assert dev.logged.overflows == 0, "pick a seed without set overflow"
+    recs = records_of(rig, dev.next_slot)
+    assert [(t, r) for t, r, _ in recs] == issue, f"seed={seed}"
+    for t, r, data in recs:
+        assert data == snap[t][r].astype("<i4").tobytes()
+    c = dev.commit()
+    assert (c["status"], c["log_records"], c["batch"]) == (E.OK, len(issue), 1)
+    assert dev.next_slot == 0 and dev.committed == 1
+
+
+def simulate_set(cfg, items):
+    """Independent logged-set simulation: which items of ``items`` (in order) write a record."""
+    sets = {}
+    out = []
+    for t, r in items:
+        h = ref_hash(cfg.log_set_sets, t, r)
+        ways = sets.setdefault(h, [])
+        if (t, r) in ways:
+            continue
+        out.append((t, r))
+        if len(ways) < cfg.log_set_ways:
+            ways.append((t, r))
+    return out
+
+
+@pytest.mark.parametrize("sets,ways", [(2, 1), (4, 2), (1, 3)])
+def test_set_overflow_relogs(seed, sets, ways):
+    cfg = CFG.with_(log_set_sets=sets, log_set_ways=ways)
+    rig = Rig(seed, cfg)
+    dev = rig.dev
+    snap = dev.snapshot_tables()
+    items = []
+    for k in range(4):
+        t = k % 2
+        rows = rig.shapes[t][0]
+        offsets, indices = rig.random_bags(4, rows, max_len=4, pool=range(10))
+        if k < 2:
+            c = dev.lookup(**rig.stage_lookup(t, offsets, indices), log=True)
+        else:
+            c = dev.update(**rig.stage_update(t, offsets, indices)[0])
+        assert c["status"] == E.OK
+        items += [(t, x) for x in indices]
+    exp = simulate_set(cfg, items)
+    recs = records_of(rig, dev.next_slot)
+    assert [(t, r) for t, r, _ in recs] == exp, f"seed={seed}"
+    assert dev.logged.overflows > 0
+    dev.reset()
+    dev.recover()
+    assert dev.snapshot_tables() == snap, f"seed={seed}: oldest record must win"
+
+
+# ---- crash campaigns -----------------------------------------------------------------------------
+
+class Recorder:
+    def __init__(self):
+        self.writes = []
+
+    def __call__(self, addr, data, what):
+        self.writes.append((addr, data, what))
+
+
+def crash_images(base, writes, every=1):
+    img = base.copy()
+    for k, (a, d, _) in enumerate(writes):
+        if k % every == 0:
+            yield k, img.copy()
+        img.write(a, d)
+    yield len(writes), img
+
+
+def run_training(rig, batches, retry_abort=False):
+    """Run batches of (kind, table, offsets, indices); record device writes; returns
+    (base image, writes, snapshots by committed batch)."""
+    dev = rig.dev
+    staged = []
+    for batch in batches:
+        staged.append([(kind, (rig.stage_lookup(t, o, i) if kind == "L" else
+                               rig.stage_update(t, o, i)[0])) for kind, t, o, i in batch])
+    base = rig.mem.copy()
+    rec = Recorder()
+    dev.on_write = rec
+    snaps = {dev.committed: dev.snapshot_tables()}
+    for bi, batch in enumerate(staged):
+        last = bi == len(staged) - 1
+        for attempt in range(2 if retry_abort and bi == 1 else 1):
+            for kind, d in batch:
+                c = dev.lookup(**d, log=True) if kind == "L" else dev.update(**d)
+                assert c["status"] == E.OK, c
+                if attempt == 0 and retry_abort and bi == 1 and kind == "U":
+                    dev.reset()                   # host aborts the batch: reset + RECOVER
+                    dev.on_write = rec
+                    dev.recover()
+                    assert dev.snapshot_tables() == snaps[dev.committed]
+                    break
+        if not last:
+            assert dev.commit()["status"] == E.OK
+            snaps[dev.committed] = dev.snapshot_tables()
+    return base, rec.writes, snaps
+
+
+def check_campaign(rig, base, writes, snaps, seed, every=1):
+    n_commits = 0
+    for k, img in crash_images(base, writes, every):
+        n_commits = sum(w == "commit" for _, _, w in writes[:k])
+        d = fresh_device(rig.cfg, img, rig)
+        d.recover()
+        msg = f"seed={seed} crash after write {k}/{len(writes)}"
+        assert d.committed == n_commits, msg
+        assert d.snapshot_tables() == snaps[n_commits], msg
+    assert n_commits == len(snaps) - 1
+
+
+def batches_for(rig, n_batches, pool=None):
+    out = []
+    for _ in range(n_batches):
+        b = []
+        for kind in ("L", "U", "L", "U"):
+            t = int(rig.rng.integers(0, 2))
+            b.append((kind, t, *rig.random_bags(3, rig.shapes[t][0], max_len=4, pool=pool)))
+        out.append(b)
+    return out
+
+
+def test_crash_campaign_every_write(seed):
+    """Crash after every device write (including a host abort + recovery + retry of batch 2):
+    recovery gives exactly the tables of the last COMMIT persisted."""
+    rig = Rig(seed, extreme=0.1)
+    base, writes, snaps = run_training(rig, batches_for(rig, 4), retry_abort=True)
+    assert any(w == "recover_row" for _, _, w in writes)
+    assert rig.dev.logged.overflows == 0
+    check_campaign(rig, base, writes, snaps, seed)
+
+
+def test_crash_campaign_set_overflow(seed):
+    cfg = CFG.with_(log_set_sets=2, log_set_ways=1)
+    rig = Rig(seed + 1000, cfg)
+    base, writes, snaps = run_training(rig, batches_for(rig, 4, pool=range(8)), retry_abort=True)
+    assert rig.dev.logged.overflows > 0
+    assert sum(w == "sb_epoch" for _, _, w in writes) == 1
+    check_campaign(rig, base, writes, snaps, seed)
+
+
+def crash_mid_batch(seed, cfg=CFG):
+    """Image with batch 1 committed and batch 2 half applied; plus the snapshot at commit 1."""
+    rig = Rig(seed, cfg)
+    dev = rig.dev
+    for t in (0, 1):
+        dev.update(**rig.stage_update(t, *rig.random_bags(4, rig.shapes[t][0]))[0])
+    dev.commit()
+    snap = dev.snapshot_tables()
+    for t in (0, 1, 0):
+        offsets, indices = rig.random_bags(4, rig.shapes[t][0], max_len=5)
+        dev.lookup(**rig.stage_lookup(t, offsets, indices), log=True)
+        dev.update(**rig.stage_update(t, offsets, indices)[0])
+    assert dev.snapshot_tables() != snap
+    return rig, snap
+
+
+def test_recovery_idempotent_and_crash_during_recovery(seed):
+    """Recovery = rollback writes then the epoch write (E=0 -> 1). A crash before the epoch write
+    re-runs it to the same image; once it has landed, the records are stale and a second recovery
+    only moves the epoch on."""
+    rig, snap = crash_mid_batch(seed)
+    crash = rig.mem.copy()
+    assert sb_epoch(crash) == 0
+    d1 = fresh_device(CFG, rig.mem, rig)
+    rec = Recorder()
+    d1.on_write = rec
+    n = d1.recover()
+    assert n == rig.dev.next_slot and d1.recovered_records == n and d1.committed == 1
+    assert d1.snapshot_tables() == snap
+    assert [w for _, _, w in rec.writes] == ["recover_row"] * n + ["sb_epoch"]
+    assert rec.writes[-1][:2] == (SB_EPOCH, (1).to_bytes(8, "little"))
+    assert d1.recovery_epoch == 1
+    once = rig.mem.copy()
+    d2 = fresh_device(CFG, rig.mem, rig)
+    assert d2.recover() == 0 and d2.recovery_epoch == 2
+    twice = once.copy()
+    twice.write(SB_EPOCH, (2).to_bytes(8, "little"))
+    assert rig.mem == twice, rig.mem.diff(twice)
+    for k, img in crash_images(crash, rec.writes):
+        d = fresh_device(CFG, img, rig)
+        applied = d.recover()
+        exp = once if k < len(rec.writes) else twice
+        msg = f"seed={seed}: crash after recovery write {k}"
+        assert applied == (n if k < len(rec.writes) else 0), msg
+        assert img == exp, f"{msg}: {img.diff(exp)}"
+
+
+def test_torn_records_ignored(seed):
+    """A record whose CRC fails (any corrupted word) is skipped; the rest still apply."""
+    rig = Rig(seed, shapes=((16, 64),))
+    dev = rig.dev
+    d, _ = rig.stage_update(0, [0, 3], [2, 5, 9])
+    rec = Recorder()
+    dev.on_write = rec
+    dev.update(**d)
+    # crash right after the third record persisted, before row 9 is written
+    k = [i for i, w in enumerate(rec.writes) if w[2] == "log_header"][2] + 1
+    img0 = Rig(seed, shapes=((16, 64),)).mem       # image before the UPDATE (same seed)
+    for a, dd, _ in rec.writes[:k]:
+        img0.write(a, dd)
+    snap0 = Rig(seed, shapes=((16, 64),)).dev.snapshot_tables()
+    for victim in range(3):
+        for where in ("data", "crc", "addr"):
+            img = img0.copy()
+            slot = CFG.log_base + victim * LOG_SLOT_BYTES
+            off = {"data": 64 + 4 * int(rig.rng.integers(0, 64)), "crc": 20, "addr": 24}[where]
+            word = int.from_bytes(img.read(slot + off, 4), "little")
+            img.write(slot + off, ((word ^ (1 << int(rig.rng.integers(0, 6)))) & 0xFFFFFFFF)
+                      .to_bytes(4, "little"))
+            d2 = fresh_device(CFG, img, rig)
+            assert d2.recover() == 2, f"seed={seed} victim={victim} {where}"
+            if victim == 2:                       # row 9 never written in place: still state C
+                assert d2.snapshot_tables() == snap0, f"seed={seed} {where}"
+
+
+def test_stale_records_of_earlier_attempt(seed):
+    """Attempt 1 of batch 2 logs many rows and crashes; after recovery attempt 2 logs fewer and
+    crashes: the records of attempt 1 above attempt 2's (same batch, older epoch) end the q scan
+    and are not applied."""
+    rig, snap = crash_mid_batch(seed)
+    n1 = rig.dev.next_slot
+    d = fresh_device(CFG, rig.mem, rig)
+    d.lr = rig.dev.lr
+    assert d.recover() == n1 and d.snapshot_tables() == snap
+    rig.dev = d
+    d.update(**rig.stage_update(0, [0, 2], [3, 4])[0])
+    n2 = d.next_slot
+    assert 0 < n2 < n1
+    stale = read_records(CFG, rig.mem, n1)[n2:]
+    assert all(h["magic"] == LOG_MAGIC and h["batch"] == 2 and h["epoch"] == 0 for h in stale)
+    assert all(h["epoch"] == 1 for h in read_records(CFG, rig.mem, n2))
+    d2 = fresh_device(CFG, rig.mem, rig)
+    assert d2.recover() == n2, f"seed={seed}: only attempt 2's records are current"
+    assert d2.snapshot_tables() == snap and d2.recovery_epoch == 2
+
+
+def test_records_of_other_epoch_ignored(seed):
+    """A record that is valid in every other way (magic, batch C+1, CRC) but carries an epoch
+    other than the superblock's is neither applied nor counted in q."""
+    rig = Rig(seed, shapes=((16, 64),))
+    dev = rig.dev
+    e = int(rig.rng.integers(1, 2**62))
+    rig.mem.write(SB_EPOCH, e.to_bytes(8, "little"))
+    dev.reset()
+    assert dev.recover() == 0 and dev.recovery_epoch == e + 1
+    snap = dev.snapshot_tables()
+    dev.update(**rig.stage_update(0, [0, 3], [2, 5, 9])[0])
+    after = dev.table_array(0).copy()
+    crash = rig.mem.copy()
+    hdrs = read_records(CFG, crash, 3)
+    assert [h["epoch"] for h in hdrs] == [e + 1] * 3
+
+    def with_epoch(img, slot, epoch):
+        """Rewrite slot's epoch and re-seal it with an independent CRC (a valid record)."""
+        a = CFG.log_base + slot * LOG_SLOT_BYTES
+        hdr = bytearray(img.read(a, 64))
+        hdr[32:40] = epoch.to_bytes(8, "little")
+        hdr[20:24] = bytes(4)
+        crc = crc32_bitwise(img.read(a + 64, 256) + bytes(hdr))
+        hdr[20:24] = crc.to_bytes(4, "little")
+        img.write(a, bytes(hdr))
+
+    snap_tab = np.frombuffer(snap[0], dtype="<i4").reshape(16, 64)
+    for other in (e, e + 2, 0, 2**64 - 1):
+        for slot in (0, 1, 2):
+            img = crash.copy()
+            with_epoch(img, slot, other)
+            d = fresh_device(CFG, img, rig)
+            msg = f"seed={seed} epoch={other} slot={slot}"
+            assert d.recover() == 2, msg
+            exp = snap_tab.copy()
+            row = (2, 5, 9)[slot]
+            exp[row] = after[row]                # its record was ignored: the update stays
+            assert np.array_equal(d.table_array(0), exp), msg
+            assert d.recovery_epoch == e + 2 and sb_epoch(img) == e + 2, msg
+    # control: re-sealing with the same epoch keeps it current
+    img = crash.copy()
+    with_epoch(img, 1, e + 1)
+    assert img == crash
+    d = fresh_device(CFG, img, rig)
+    assert d.recover() == 3 and d.snapshot_tables() == snap
+
+
+def test_crash_right_after_epoch_write(seed):
+    """Crash with recovery's epoch write as the last persistent write: the next recovery applies
+    nothing (all records stale), keeps state C, and a new attempt of the batch crashed at any
+    write (then committed) recovers to state C (or C+1 once committed)."""
+    rig, snap = crash_mid_batch(seed)
+    crash = rig.mem.copy()
+    d1 = fresh_device(CFG, rig.mem, rig)
+    rec = Recorder()
+    d1.on_write = rec
+    d1.recover()
+    assert rec.writes[-1][2] == "sb_epoch"
+    img = crash.copy()
+    for a, data, _ in rec.writes:               # everything up to and including the epoch write
+        img.write(a, data)
+    d2 = fresh_device(CFG, img, rig)
+    d2.lr = rig.dev.lr
+    rec2 = Recorder()
+    d2.on_write = rec2
+    assert d2.recover() == 0, f"seed={seed}"
+    assert (d2.committed, d2.recovery_epoch, sb_epoch(img)) == (1, 2, 2)
+    assert d2.snapshot_tables() == snap
+    assert [w for _, _, w in rec2.writes] == ["sb_epoch"]
+    # a second attempt of batch 2, committed at the end; crash after each of its writes
+    rig.mem = img                                # stage the inputs into this image first
+    staged = []
+    for t in (1, 0):
+        offsets, indices = rig.random_bags(3, rig.shapes[t][0], max_len=4)
+        staged.append((rig.stage_lookup(t, offsets, indices),
+                       rig.stage_update(t, offsets, indices)[0]))
+    start = img.copy()
+    rec3 = Recorder()
+    d2.on_write = rec3
+    for dl, du in staged:
+        assert d2.lookup(**dl, log=True)["status"] == E.OK
+        assert d2.update(**du)["status"] == E.OK
+    n3 = d2.next_slot
+    assert n3 > 0 and [h["epoch"] for h in read_records(CFG, img, n3)] == [2] * n3
+    assert d2.commit()["status"] == E.OK
+    snap2 = d2.snapshot_tables()
+    assert snap2 != snap
+    for k, cimg in crash_images(start, rec3.writes):
+        d = fresh_device(CFG, cimg, rig)
+        d.recover()
+        committed = any(w == "commit" for _, _, w in rec3.writes[:k])
+        msg = f"seed={seed} crash after attempt-2 write {k}/{len(rec3.writes)}"
+        assert d.committed == (2 if committed else 1), msg
+        assert d.snapshot_tables() == (snap2 if committed else snap), msg
+
+
+def test_stale_older_batch_ignored_and_window(seed):
+    """Records of the committed batch are ignored; valid records beyond q + log_window are not
+    scanned, those within are."""
+    cfg = CFG.with_(log_window=2)
+    rig, snap = crash_mid_batch(seed, cfg)
+    dev = rig.dev
+    n = dev.next_slot
+    assert n >= 5
+    # punch a hole at slot 1: q = 1, scan covers slots 0..2 only
+    rig.mem.write(cfg.log_base + LOG_SLOT_BYTES, bytes(4))
+    d = fresh_device(cfg, rig.mem, rig)
+    assert d.recover() == 2
+    # a committed batch's records (batch 1 after commit 1) are never applied
+    rig2, snap2 = crash_mid_batch(seed, CFG)
+    sb = CFG.superblock_base + 8
+    rig2.mem.write(sb, (2).to_bytes(8, "little"))         # pretend batch 2 committed
+    d2 = fresh_device(CFG, rig2.mem, rig2)
+    tabs = rig2.dev.snapshot_tables()
+    assert d2.recover() == 0 and d2.committed == 2 and d2.snapshot_tables() == tabs
+
+
+def test_stale_relogged_record_gap(seed):
+    """The hole the recovery epoch closes: a row re-logged in an earlier attempt (logged-set
+    overflow) leaves a record holding a mid-batch value above the current attempt's records; it
+    carries the older epoch and must not be applied."""
+    cfg = CFG.with_(log_set_sets=1, log_set_ways=1)
+    rig = Rig(seed, cfg)
+    dev = rig.dev
+    snap = dev.snapshot_tables()
+    # attempt 1: x logged (slot 0, inserted), r logged (slot 1, set full), r updated,
+    # r re-logged with its updated value (slot 2), crash
+    dev.update(**rig.stage_update(0, [0, 3], [1, 5, 5])[0])
+    assert dev.next_slot == 3
+    d = fresh_device(cfg, rig.mem, rig)
+    d.lr = dev.lr
+    assert d.recover() == 3
+    assert d.snapshot_tables() == snap
+    # attempt 2 logs two other rows (slots 0, 1) and crashes; slot 2 (row 5, mid value) is stale
+    d.update(**rig.stage_update(0, [0, 2], [7, 8])[0])
+    assert d.next_slot == 2
+    h = read_records(cfg, rig.mem, 3)[2]
+    snap_row5 = snap[0][5 * 128:6 * 128]
+    assert (h["magic"], h["batch"], h["row"], h["epoch"]) == (LOG_MAGIC, 1, 5, 0)
+    assert h["data"] != snap_row5, f"seed={seed}: slot 2 must hold a mid-batch value of row 5"
+    d2 = fresh_device(cfg, rig.mem, rig)
+    assert d2.recover() == 2
+    assert d2.snapshot_tables() == snap, f"seed={seed}"
+
+
+# ---- superblock ---------------------------------------------------------------------------------
+
+def test_fresh_superblock_formatting(seed):
+    sb_line = struct.pack("<IIQ", SB_MAGIC, SB_VERSION, 0) + bytes(48)
+    for garbage in (None, "version", "magic"):
+        mem = MemoryImage(1 << CFG.addr_bits)
+        if garbage:
+            g = np.random.default_rng(seed).integers(0, 256, 64, dtype=np.uint8).tobytes()
+            head = (struct.pack("<II", SB_MAGIC, SB_VERSION + 1) if garbage == "version"
+                    else struct.pack("<II", SB_MAGIC ^ 1, SB_VERSION))
+            mem.write(CFG.superblock_base, head + g[8:])
+        dev = TrainingDevice(CFG, mem)
+        rec = Recorder()
+        dev.on_write = rec
+        assert not dev.ready and dev.recover() == 0
+        assert dev.ready and dev.committed == 0 and dev.recovered_records == 0
+        assert dev.recovery_epoch == 0
+        assert mem.read(CFG.superblock_base, 64) == sb_line
+        assert [(a, d) for a, d, _ in rec.writes] == [
+            (CFG.superblock_base, bytes(64)),
+            (CFG.superblock_base, struct.pack("<II", SB_MAGIC, SB_VERSION))]
+    # a formatted superblock is read, not rewritten
+    mem.write(CFG.superblock_base + 8, (5).to_bytes(8, "little"))
+    dev = TrainingDevice(CFG, mem)
+    rec = Recorder()
+    dev.on_write = rec
+    assert dev.recover() == 0 and dev.committed == 5
+    assert rec.writes == [(SB_EPOCH, (1).to_bytes(8, "little"), "sb_epoch")]
+    assert dev.recovery_epoch == 1
+    c = dev.commit(batch=6)
+    assert (c["status"], c["batch"], c["log_records"]) == (E.OK, 6, 0)
+    assert mem.read(CFG.superblock_base, 16) == struct.pack("<IIQ", SB_MAGIC, SB_VERSION, 6)
+
+
+# ---- errors of sections 2-4 ----------------------------------------------------------------------
+
+def test_descriptor_errors_leave_state_intact(seed):
+    rig = Rig(seed)
+    dev = rig.dev
+    d, _ = rig.stage_update(0, [0, 2], [1, 2])
+    dl = rig.stage_lookup(0, [0, 2], [1, 2])
+    dev.update(**d)
+    assert dev.commit()["status"] == E.OK
+    dev.update(**d)                                  # batch 2 open with one record per row
+    mem0, slot0, n0 = rig.mem.copy(), dev.next_slot, dev.err_count
+    mk = TrainingDevice.make_desc
+    cases = [
+        (mk(kind=0, table=9, batch=7, tag=1), E.UNKNOWN_KIND, 0, 0),
+        (mk(kind=4, table=9, batch=7), E.UNKNOWN_KIND, 4, 4),
+        (mk(kind=255), E.UNKNOWN_KIND, 255, 255),
+        (mk(kind=DescKind.UPDATE, table=8, batch=7), E.BAD_TABLE, 8, 2),
+        (mk(kind=DescKind.LOOKUP, table=0xFFFF, batch=7), E.BAD_TABLE, 0xFFFF, 1),
+        (mk(kind=DescKind.UPDATE, table=0, batch=1, **{k: v for k, v in d.items()
+                                                       if k not in ("table",)}),
+         E.WRONG_BATCH, 1, 2),
+        (mk(kind=DescKind.UPDATE, table=0, batch=3), E.WRONG_BATCH, 3, 2),
+        (mk(kind=DescKind.COMMIT, table=9, batch=1), E.WRONG_BATCH, 1, 3),
+        (mk(kind=DescKind.COMMIT, batch=2**64 - 1), E.WRONG_BATCH, 2**64 - 1, 3),
+        (mk(kind=DescKind.LOOKUP, flags=FLAG_LOG, batch=0, **{k: v for k, v in dl.items()
+                                                              if k != "table"}),
+         E.WRONG_BATCH, 0, 1),
+    ]
+    for i, (desc, code, value, kind) in enumerate(cases):
+        c = TrainingDevice.parse_cpl(dev.execute(desc))
+        assert (c["status"], c["err_value"], c["kind"]) == (code, value, kind), f"case {i}: {c}"
+        assert (c["rows"], c["sat"], c["lines"], c["log_records"], c["err_bag"]) == (0,) * 5
+        assert c["batch"] == unpack_fields(DESC_FIELDS, desc)["batch"]
+        assert (dev.err_code, dev.err_value, dev.err_count) == (code, value, n0 + i + 1)
+        assert dev.status_error and "ERR" in dev.irq_status
+        assert rig.mem == mem0, rig.mem.diff(mem0)
+        assert dev.committed == 1 and dev.next_slot == slot0
+    dev.err_clear()
+    assert not dev.status_error
+    # LOOKUP without LOG does not check the batch
+    c = dev.lookup(**dl, batch=12345)
+    assert (c["status"], c["batch"], c["log_records"]) == (E.OK, 12345, 0)
+    # the open batch is still abortable to state 1
+    dev.reset()
+    assert dev.recover() == slot0 and dev.committed == 1
+    snap1 = dev.snapshot_tables()
+    r2 = Rig(seed)
+    r2.dev.update(**r2.stage_update(0, [0, 2], [1, 2])[0])
+    assert snap1 == r2.dev.snapshot_tables()
+
+
+def test_log_full(seed):
+    cfg = CFG.with_(log_size=LOG_SLOT_BYTES * 3 + 128)
+    assert cfg.log_slots == 3
+    rig = Rig(seed, cfg)
+    dev = rig.dev
+    snap = dev.snapshot_tables()
+    rows, dim = rig.shapes[0]
+    # LOOKUP + LOG of 5 distinct rows: 3 records, LOG_FULL at bag 1, outputs all written
+    dl = rig.stage_lookup(0, [0, 2, 5], [1, 2, 3, 4, 1])
+    c = dev.lookup(**dl, log=True)
+    assert (c["status"], c["err_value"], c["err_bag"]) == (E.LOG_FULL, 3, 1), c
+    assert (c["rows"], c["lines"], c["log_records"]) == (5, 2 * dim // 16, 3)
+    t = snap[0]
+    out = rig.mem.read_i32(dl["out_addr"], 2 * dim).reshape(2, dim).astype(np.int64)
+    tab = np.frombuffer(t, dtype="<i4").reshape(rows, dim).astype(np.int64)
+    assert np.array_equal(out[1], tab[[3, 4, 1]].sum(0))
+    # a later LOOKUP whose rows are all logged already: OK; one with an unlogged row: LOG_FULL
+    c = dev.lookup(**rig.stage_lookup(0, [0, 0, 3], [3, 1, 2]), log=True)
+    assert (c["status"], c["log_records"], c["rows"]) == (E.OK, 0, 3), c
+    c = dev.lookup(**rig.stage_lookup(0, [0, 1], [7]), log=True)
+    assert (c["status"], c["err_bag"], c["log_records"]) == (E.LOG_FULL, 0, 0), c
+    # a lookup error wins over LOG_FULL
+    c = dev.lookup(**rig.stage_lookup(0, [0, 2], [9, rows]), log=True)
+    assert (c["status"], c["err_value"], c["err_bag"], c["log_records"]) == \
+        (E.INDEX_RANGE, rows, 0, 0)
+    # UPDATE: rows 1, 2, 3 are logged (applied), row 4 is not: stop before it
+    d, grads = rig.stage_update(0, [0, 1, 4], [2, 1, 4, 3])
+    exp = rig.table_list(0)
+    ref_update(exp, [0, 1, 4], [2, 1, 4, 3], grads, dev.lr, cfg.frac_bits, rows_limit=2)
+    c = dev.update(**d)
+    assert (c["status"], c["err_value"], c["err_bag"], c["rows"], c["log_records"]) == \
+        (E.LOG_FULL, 3, 1, 2, 0)
+    assert rig.table_list(0) == exp
+    dev.reset()
+    assert dev.recover() == 3 and dev.snapshot_tables() == snap
+
+
+def test_lookup_log_partial_rows(seed):
+    """Choice 1: INDEX_RANGE in bag b logs bag b's rows before the bad index; a bag-level error
+    of bag b logs none of bag b."""
+    rig = Rig(seed)
+    dev = rig.dev
+    rows = rig.shapes[0][0]
+    c = dev.lookup(**rig.stage_lookup(0, [0, 2, 5, 6], [1, 2, 3, rows, 4, 5]), log=True)
+    assert (c["status"], c["err_bag"], c["log_records"], c["rows"]) == (E.INDEX_RANGE, 1, 3, 2)
+    assert [r for _, r, _ in records_of(rig, 3)] == [1, 2, 3]
+    c = dev.lookup(**rig.stage_lookup(0, [0, 2, 1, 3], [6, 7, 8]), log=True)
+    assert (c["status"], c["err_bag"], c["log_records"]) == (E.OFFSETS_ORDER, 1, 2)
+    assert [r for _, r, _ in records_of(rig, 5)] == [1, 2, 3, 6, 7]
+
+
+# ---- rings --------------------------------------------------------------------------------------
+
+def test_ring_processing_and_wrap(seed):
+    rig = Rig(seed)
+    dev = rig.dev
+    cmd, cpl = rig.sa.alloc(4 * 64), rig.sa.alloc(4 * 64)
+    assert dev.configure_ring(cmd, 4, cpl) == E.OK
+    descs = []
+    for k in range(7):
+        if k % 3 == 2:
+            descs.append(TrainingDevice.make_desc(kind=DescKind.COMMIT, batch=len(
+                [x for x in descs if x[0] == DescKind.COMMIT]) + 1, tag=k))
+        else:
+            d, _ = rig.stage_update(k % 2, *rig.random_bags(2, 30))
+            descs.append(TrainingDevice.make_desc(kind=DescKind.UPDATE, tag=k,
+                                                  batch=len([x for x in descs
+                                                             if x[0] == DescKind.COMMIT]) + 1,
+                                                  **d))
+    ref = fresh_device(CFG, rig.mem.copy(), rig)    # same image; descriptors via execute()
+    ref.lr = dev.lr
+    ref.recover()
+    ref_cpls = [TrainingDevice.parse_cpl(ref.execute(x)) for x in descs]
+    i = 0
+    seq = 0
+    while i < len(descs):
+        n = min(3, len(descs) - i)         # at most size-1 pending
+        for j in range(n):
+            rig.mem.write(cmd + 64 * ((i + j) % 4), descs[i + j])
+        assert dev.doorbell((i + n) % 4) == E.OK
+        assert dev.pending == n
+        out = dev.process()
+        for j in range(n):
+            seq += 1
+            slot = (i + j) % 4
+            rec = TrainingDevice.parse_cpl(rig.mem.read(cpl + 64 * slot, 64))
+            assert rec == out[j] and rec["seq"] == seq and rec["tag"] == i + j
+            assert {**rec, "seq": 0} == {**ref_cpls[i + j], "seq": 0}
+            assert rec["status"] == E.OK
+        assert dev.head == dev.tail == (i + n) % 4 and "CPL" in dev.irq_status
+        i += n
+    assert dev.committed == 2
+    assert dev.snapshot_tables() == ref.snapshot_tables()
+
+
+def test_ring_errors(seed):
+    rig = Rig(seed, recover=False)
+    dev = rig.dev
+    s0 = CFG.staging_base
+    assert dev.doorbell(1) == E.NOT_READY and dev.err_value == 1
+    dev.recover()
+    cases = [((s0, 3, s0 + 4096), 3), ((s0, 1, s0 + 4096), 1), ((s0, 1 << 17, s0 + 4096), 1 << 17),
+             ((s0, 0, s0 + 4096), 0),
+             ((s0 + 32, 4, s0 + 4096), s0 + 32), ((s0 - 64, 4, s0 + 4096), s0 - 64),
+             ((S1 - 192, 4, s0 + 4096), S1 - 192), ((s0, 4, s0 + 4097), s0 + 4097),
+             ((s0, 4, S1 - 64), S1 - 64)]
+    for regs, bad in cases:
+        assert dev.configure_ring(*regs) == E.OK
+        assert dev.doorbell(1) == E.RING_CONFIG and dev.err_value == bad, regs
+        assert dev.tail == 0
+    assert dev.configure_ring(S1 - 256, 4, s0) == E.OK and dev.doorbell(0) == E.OK
+    assert dev.configure_ring(s0, 4, s0 + 4096) == E.OK
+    n = dev.err_count
+    assert dev.doorbell(4) == E.DOORBELL_RANGE and dev.err_value == 4 and dev.tail == 0
+    assert dev.doorbell(3) == E.OK and dev.pending == 3
+    assert dev.doorbell(0) == E.RING_OVERFLOW and dev.err_value == 0 and dev.tail == 3
+    assert dev.err_count == n + 2
+    # ring configuration and RECOVER while pending: CSR_BUSY per 32-bit register write (LO then
+    # HI), registers kept
+    errs = []
+    orig = dev._error
+    dev._error = lambda code, value: (errs.append((code, value)), orig(code, value))
+    n = dev.err_count
+    assert dev.configure_ring(s0 + 8192, 8, s0 + 16384) == E.CSR_BUSY
+    assert (dev.cmd_base, dev.cmd_size, dev.cpl_base, dev.tail) == (s0, 4, s0 + 4096, 3)
+    ring = [REGMAP[r] for r in ("CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO",
+                                "CPL_BASE_HI")]
+    assert errs == [(E.CSR_BUSY, a) for a in ring] and dev.err_count == n + 5
+    assert dev.err_value == REGMAP["CPL_BASE_HI"]
+    assert dev.recover() == -1 and dev.err_code == E.CSR_BUSY
+    assert errs[-1] == (E.CSR_BUSY, REGMAP["CONTROL"])
+    dev._error = orig
+    out = dev.process()                      # the ring holds zero descriptors: UNKNOWN_KIND
+    assert [c["status"] for c in out] == [E.UNKNOWN_KIND] * 3
+    assert [c["seq"] for c in out] == [1, 2, 3]
+    assert dev.doorbell(1) == E.OK and dev.doorbell(2) == E.OK and dev.pending == 3
+    dev.process()
+    assert dev.configure_ring(s0 + 8192, 8, s0 + 16384) == E.OK and dev.head == dev.tail == 0
+    assert dev.seq == 0
+
+
+REGMAP = {r["name"]: r["offset"] for r in json.loads(
+    (pathlib.Path(__file__).resolve().parents[2] / "hw" / "csr" / "regmap.json").read_text())
+    ["registers"]}
+
+
+def test_csr_addr_from_regmap():
+    names = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI")
+    assert CSR_ADDR == {n: REGMAP[n] for n in names}
+    assert len(set(CSR_ADDR.values())) == len(names) and all(a % 4 == 0 for a in CSR_ADDR.values())
+    assert CSR_ADDR["CMD_BASE_HI"] == CSR_ADDR["CMD_BASE_LO"] + 4
+    assert CSR_ADDR["CPL_BASE_HI"] == CSR_ADDR["CPL_BASE_LO"] + 4
+
+
+def test_cpl_layout_roundtrip():
+    vals = {n: (1 << (8 * w - 1)) + off for n, off, w in CPL_FIELDS}
+    assert unpack_fields(CPL_FIELDS, pack_fields(CPL_FIELDS, vals, 64)) == vals

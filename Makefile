@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
 JUNIT  := build/test-results.xml
 
-.PHONY: venv test test-icarus demo bench verilog lint synth formal stress clean
+.PHONY: venv test test-icarus demo bench verilog lint synth formal stress crash clean
 
 venv: $(STAMP)
 
@@ -59,6 +59,12 @@ formal: $(STAMP)
 # violation count (exit 1 on any); report in build/stress/report.json
 stress: $(STAMP)
 	$(PY) -m cosim.stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1)
+
+# Power-failure campaign (docs/crash.md): a multi-batch training workload cut at POINTS crash
+# points (seeded), each recovered, checked against the golden model and replayed to the end;
+# report in build/crash/report.json, exit 1 on any failure
+crash: $(STAMP)
+	$(PY) -m cosim.crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1)
 
 verilog: $(STAMP)
 	$(PY) -m hw.gen --out build/verilog $(if $(CONFIG),--config $(CONFIG))

@@ -23,7 +23,7 @@ import time
 
 from cosim import build as cb
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
+from hw.lookup_slice import SLICE_NAME, LookupSlice
 
 FULL = dict(max_reads=[64, 128, 256, 512], latency=[50, 100, 200, 400], pooling=[1, 8, 32, 100],
             dim=[16, 64])
@@ -41,7 +41,7 @@ def run(grid, *, lines, seed=1, out_dir=None, log=print):
     for mr in grid["max_reads"]:
         cfg = DeviceConfig(max_reads=mr)
         t0 = time.time()
-        b = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+        b = cb.build(cb.generate_verilog(LookupSlice(cfg), name=SLICE_NAME), top=SLICE_NAME)
         pts = points_for(grid, lines)
         with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
             tmp = pathlib.Path(tmp).resolve()    # the simulator runs in its own directory

@@ -15,7 +15,7 @@ import time
 
 from cosim import build as cb
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
+from hw.lookup_slice import SLICE_NAME, LookupSlice
 
 TABLES = [
     {"rows": 100_000, "dim": 16, "pooling": 40, "alpha": 1.1},
@@ -70,7 +70,7 @@ def main(argv=None):
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     print("building the device simulator (cached after the first run)...", flush=True)
-    b = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    b = cb.build(cb.generate_verilog(LookupSlice(cfg), name=SLICE_NAME), top=SLICE_NAME)
     print(f"running {len(TABLES)} tables x {args.bags} bags through RTL and golden model...",
           flush=True)
     if args.out.exists():

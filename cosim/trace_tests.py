@@ -19,7 +19,7 @@ from cocotb.triggers import ClockCycles
 
 from cosim.tb_gather import GatherTB
 from hw.encodings import LookupError_ as E
-from hw.top import TrainingCXLDevice
+from hw.lookup_slice import LookupSlice
 
 # (stall probability, PMEM latency): plain; stalls from the PMEM model's seeded generators on
 # every AXI channel (and pauses on cmd/cpl); stalls with latency 1 (back-to-back responses)
@@ -33,7 +33,7 @@ _sections_written = 0
 
 def output_ports(cfg):
     """Verilog names of the device's outputs, from the hardware's own signature."""
-    sig = TrainingCXLDevice(cfg).signature
+    sig = LookupSlice(cfg).signature
     return ["__".join(map(str, path)) for path, member in sig.members.flatten()
             if member.is_port and member.flow.name == "Out"]
 

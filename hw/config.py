@@ -56,7 +56,7 @@ class DeviceConfig:
     log_set_ways: int = 2      # logged-set ways; a row that finds its set full is re-logged
     log_window: int = 128      # undo records in flight at most (recovery scans this far past
                                # the first invalid slot)
-    upd_buckets: int = 256     # update engine: hashed counters of rows with a write in flight
+    upd_rows: int = 256        # update engine: rows in flight (exact tracker entries, a CAM)
 
     def __post_init__(self):
         def need(cond, msg):
@@ -89,11 +89,10 @@ class DeviceConfig:
                              ("host_writes", 2, 4096), ("wr_buckets", 1, 4096),
                              ("poison_lines", 1, 64), ("log_set_sets", 1, 4096),
                              ("log_set_ways", 1, 8), ("log_window", 1, 1024),
-                             ("upd_buckets", 1, 4096)):
+                             ("upd_rows", 2, 1024)):
             v = getattr(self, name)
             need(isinstance(v, int) and lo <= v <= hi, f"{name} must be {lo}..{hi}, got {v!r}")
-        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets",
-                     "upd_buckets"):
+        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets"):
             v = getattr(self, name)
             need(v & (v - 1) == 0, f"{name} must be a power of two, got {v}")
 
@@ -149,9 +148,11 @@ CONFIGS = {
     #   8 lines each (max_reads/8) and all engine FIFOs fit distributed RAM or a few DP16KD.
     # - max_writes=64: pooled output lines are written at most at the row read rate.
     # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
+    # - UPDATE: 64 rows in flight (upd_rows; a 64 x 32-bit CAM): at one line per 4 cycles
+    #   (128-bit beats) that covers a 256-cycle round trip (row read to write ack) at dim 16.
     "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64, sf_sets=16,
                                bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64,
-                               log_set_sets=64, log_window=64, upd_buckets=64),
+                               log_set_sets=64, log_window=64, upd_rows=64),
 }
 
 

@@ -1,4 +1,8 @@
-"""Device top (current slice): CXL.mem channels, LOOKUP command stream, AXI4 media port.
+"""LOOKUP slice top: CXL.mem channels, LOOKUP command stream, AXI4 media port.
+
+The gather engine alone behind the DCOH, driven by a command stream instead of the command
+ring (the full device is :mod:`hw.top`); the LOOKUP cosim tests, the Icarus comparison and the
+LOOKUP benchmark use it, so they do not pay for the CSR/ring path.
 
 Only wiring: GatherReduce's device request port goes through the DCOH (which snoops the host
 before device reads and writes, docs/coherence.md) to the media adapter. CSRs and the command
@@ -22,12 +26,12 @@ from .gather.layouts import cmd_layout, cpl_layout
 from .gather import GatherReduce
 from .media_axi import MediaAXI
 
-__all__ = ["TrainingCXLDevice", "TOP_NAME"]
+__all__ = ["LookupSlice", "SLICE_NAME"]
 
-TOP_NAME = "trainingcxl_device"
+SLICE_NAME = "lookup_slice"
 
 
-class TrainingCXLDevice(wiring.Component):
+class LookupSlice(wiring.Component):
     def __init__(self, cfg: DeviceConfig = DeviceConfig()):
         if not isinstance(cfg, DeviceConfig):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")

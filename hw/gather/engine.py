@@ -10,6 +10,14 @@ indices, row items) -> row issuer (line reads, tags into the in-flight FIFO of `
 entries) -> pool (exact sums, saturate, out FIFO) -> line writes. The engine completes only when
 every read it issued has returned and every write it issued is acknowledged (persistent), so
 nothing of a command is in flight after its completion, even after an error.
+
+Undo-log tee (docs/training.md section 5): ``log`` In(1) and ``table_id`` In(16) are sampled
+with ``cmd``. With ``log`` set, every row item the issuer reads gives one ``log_rows`` entry
+(``log_row_layout``: table, row, byte address, dim_log), in issue order, and every row-read
+response line is forked to both the pool and ``log_lines`` (``log_line_layout``; both must take
+it, through a small FIFO on the ``log_lines`` side). The command completes only once every
+``log_rows`` entry and every ``log_lines`` line has been taken (so the logger has seen the whole
+LOOKUP); the logger's own writes are not waited for. With ``log`` low both streams stay idle.
 """
 from amaranth.hdl import Module, ResetInserter, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
@@ -19,6 +27,7 @@ from ..config import DeviceConfig
 from ..encodings import LookupError_
 from ..port_mux import RequestPortMux
 from ..reqport import DeviceRequestSignature
+from ..undolog.layouts import log_line_layout, log_row_layout
 from ..word_reader import WordReader
 from .issuer import RowIssuer
 from .layouts import bag_layout, cmd_layout, cpl_layout, tag_layout
@@ -57,6 +66,10 @@ class GatherReduce(wiring.Component):
             "cpl": Out(stream.Signature(cpl_layout(ab))),
             "mem": Out(DeviceRequestSignature(ab)),
             "busy": Out(1),
+            "log": In(1),
+            "table_id": In(16),
+            "log_rows": Out(stream.Signature(log_row_layout(ab))),
+            "log_lines": Out(stream.Signature(log_line_layout)),
         })
 
     def elaborate(self, platform):
@@ -82,6 +95,10 @@ class GatherReduce(wiring.Component):
                                                             depth=cfg.max_reads)
         m.submodules.pool = pool = PoolAccumulator(ab, acc_bits=cfg.acc_bits)
         m.submodules.out_q = out_q = fifo.SyncFIFOBuffered(width=out_layout(ab).size, depth=4)
+        # undo-log tee: row indices in issue order; at most max_reads rows have a line in
+        # flight, and an entry leaves before its row's lines, so this depth never throttles
+        m.submodules.log_row_q = log_row_q = fifo.SyncFIFOBuffered(width=32,
+                                                                    depth=cfg.max_reads)
 
         # ---- memory port: readers and the row/write path share it through the mux ----------
         wiring.connect(m, wiring.flipped(self.mem), mux.mem)
@@ -91,7 +108,25 @@ class GatherReduce(wiring.Component):
         # register slice: cuts the row-read request path (and its ready path) between the
         # issuer and the arbiter/AXI adapter (the FPGA critical path ran through here)
         rd_slice = register_slice(m, "rd_slice", issuer.rd_req, rows_port.rd_req)
-        wiring.connect(m, rows_port.rd_resp, pool.resp)
+        # row responses: to the pool and, when logging, also to the undo-log tee (a fork: a
+        # line moves only when both sides take it; the tee side is a FIFO, so its ready is a
+        # registered level and neither side's valid depends on the other's ready)
+        c_log = Signal()
+        c_table = Signal(16)
+        m.submodules.log_line_q = log_line_q = fifo.SyncFIFOBuffered(width=512,
+                                                                      depth=SLICE_DEPTH)
+        resp = rows_port.rd_resp
+        fork_ok = ~c_log | log_line_q.w_rdy
+        m.d.comb += [
+            pool.resp.payload.eq(resp.payload),
+            pool.resp.valid.eq(resp.valid & fork_ok),
+            resp.ready.eq(pool.resp.ready & fork_ok),
+            log_line_q.w_data.eq(resp.payload.data),
+            log_line_q.w_en.eq(c_log & resp.valid & resp.ready),
+            self.log_lines.valid.eq(log_line_q.r_rdy),
+            self.log_lines.payload.data.eq(log_line_q.r_data),
+            log_line_q.r_en.eq(self.log_lines.ready),
+        ]
         out_payload = out_layout(ab)(out_q.r_data)
         m.d.comb += [
             rows_port.wr_req.valid.eq(out_q.r_rdy),
@@ -111,6 +146,7 @@ class GatherReduce(wiring.Component):
         # register slice between the index checks and the row issuer (same reason)
         item_slice = register_slice(m, "item_slice", seq.items, issuer.items, reset=clear)
         wiring.connect(m, issuer.tags, tag_q.w_stream)
+        wiring.connect(m, issuer.rows, log_row_q.w_stream)
         wiring.connect(m, tag_q.r_stream, pool.tags)
         wiring.connect(m, pool.out, out_q.w_stream)
         m.d.comb += [
@@ -127,8 +163,16 @@ class GatherReduce(wiring.Component):
             seq.table_rows.eq(c.table_rows), seq.n_bags.eq(c.n_bags),
             seq.marker_value.eq(walker.err_value),
             issuer.dim_log.eq(dim_log), issuer.table_line.eq(c.table_base >> 6),
+            issuer.log.eq(c_log),
             pool.out_line.eq(c.out_addr >> 6),
             off_rd.start_addr.eq(c.offsets_addr),
+        ]
+
+        lr = self.log_rows.payload
+        m.d.comb += [
+            self.log_rows.valid.eq(log_row_q.r_rdy), log_row_q.r_en.eq(self.log_rows.ready),
+            lr.table.eq(c_table), lr.row.eq(log_row_q.r_data), lr.dim_log.eq(dim_log),
+            lr.addr.eq(c.table_base + (log_row_q.r_data << (dim_log + 6))),
         ]
 
         # ---- command-level checks (docs/lookup.md 1-3), evaluated in CHECK -----------------
@@ -184,7 +228,8 @@ class GatherReduce(wiring.Component):
         # no item)
         drained = (off_rd.idle & idx_rd.idle & ~seq.items.valid & (item_slice.level == 0) &
                    (rd_slice.level == 0) & (tag_q.level == 0) &
-                   (out_q.level == 0) & (wr_pending == 0))
+                   (out_q.level == 0) & (wr_pending == 0) &
+                   (log_row_q.level == 0) & (log_line_q.level == 0))
         media_err = pool.media_err | off_rd.media_err | idx_rd.media_err | wr_err
         cpl = self.cpl.payload
         m.d.comb += [
@@ -198,7 +243,8 @@ class GatherReduce(wiring.Component):
                 m.d.comb += self.cmd.ready.eq(1)
                 with m.If(self.cmd.valid):
                     m.d.comb += clear.eq(1)
-                    m.d.sync += [c.eq(self.cmd.payload), cycles.eq(1), err_code.eq(0),
+                    m.d.sync += [c.eq(self.cmd.payload), c_log.eq(self.log),
+                                 c_table.eq(self.table_id), cycles.eq(1), err_code.eq(0),
                                  err_value.eq(0), err_bag.eq(0), wr_err.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):

@@ -5,6 +5,10 @@ For a row item it issues ``2**dim_log`` reads (id ``rd_id``) at line addresses
 (``tags``); for an empty-bag item it writes the same number of ``empty`` tags without reads. A
 read is issued only when the tag FIFO has room, so the FIFO depth bounds the row reads in flight.
 ``busy`` is high while an item is being issued. Reset between commands.
+
+With ``log`` set, the first line read of each row item also pushes the row index on ``rows``
+(the undo-log tee; the read waits until ``rows`` is ready); with ``log`` low ``rows`` stays idle
+and nothing else changes.
 """
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
@@ -23,6 +27,8 @@ class RowIssuer(wiring.Component):
             "items": In(stream.Signature(item_layout)),
             "rd_req": Out(stream.Signature(rd_req_layout(addr_bits))),
             "tags": Out(stream.Signature(tag_layout)),
+            "rows": Out(stream.Signature(32)),
+            "log": In(1),
             "dim_log": In(2),
             "table_line": In(addr_bits - 6),
         })
@@ -33,12 +39,17 @@ class RowIssuer(wiring.Component):
         it = self.items.payload
         last_line = k == (1 << self.dim_log) - 1
         tag = self.tags.payload
+        need_row = self.log & (k == 0)
         m.d.comb += [
             self.rd_req.payload.id.eq(self._rd_id),
             self.rd_req.payload.op.eq(RD_CUR),
             self.rd_req.payload.addr.eq(self.table_line + (it.index << self.dim_log) + k),
-            self.rd_req.valid.eq(self.items.valid & ~it.empty & self.tags.ready),
+            self.rd_req.valid.eq(self.items.valid & ~it.empty & self.tags.ready &
+                                 (~need_row | self.rows.ready)),
             tag.k.eq(k), tag.first.eq(it.first), tag.last.eq(it.last), tag.empty.eq(it.empty),
+            # undo-log tee: the row index, with the row's first line read
+            self.rows.payload.eq(it.index),
+            self.rows.valid.eq(need_row & self.rd_req.valid & self.rd_req.ready),
         ]
         step = Signal()
         with m.If(it.empty):

@@ -8,7 +8,7 @@ import pytest
 
 from cosim import build as cb
 from hw.config import DeviceConfig
-from hw.top import TrainingCXLDevice, TOP_NAME
+from hw.lookup_slice import SLICE_NAME, LookupSlice
 
 CONFIGS = {
     "default": DeviceConfig(),
@@ -21,7 +21,7 @@ CONFIGS = {
 @pytest.fixture(scope="session", params=sorted(CONFIGS))
 def device_build(request):
     cfg = CONFIGS[request.param]
-    return cfg, cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    return cfg, cb.build(cb.generate_verilog(LookupSlice(cfg), name=SLICE_NAME), top=SLICE_NAME)
 
 
 @pytest.mark.cosim

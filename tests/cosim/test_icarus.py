@@ -18,7 +18,7 @@ import pytest
 from cosim import build as cb
 from cosim.trace import first_difference
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
+from hw.lookup_slice import SLICE_NAME, LookupSlice
 
 CFG = DeviceConfig()
 TRACE_CHANNELS = ("cmd", "cpl", "ar", "r", "aw", "w", "b")
@@ -36,13 +36,13 @@ def _require_icarus():
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     """``traces(sim, seed) -> list of trace lines``, each (sim, seed) simulated once per module."""
-    verilog = cb.generate_verilog(TrainingCXLDevice(CFG), name=TOP_NAME)
+    verilog = cb.generate_verilog(LookupSlice(CFG), name=SLICE_NAME)
     cache = {}
 
     def get(sim, seed):
         if (sim, seed) not in cache:
             t0 = time.monotonic()
-            b = cb.build(verilog, sim=sim)
+            b = cb.build(verilog, sim=sim, top=SLICE_NAME)
             t1 = time.monotonic()
             out = tmp_path_factory.mktemp(f"trace-{sim}-{seed}")
             cb.run(b, "cosim.trace_tests", seed=seed, test_dir=out,

@@ -19,7 +19,8 @@ def test_gen_writes_verilog_and_manifest(tmp_path):
         d = "input" if p["dir"] == "in" else "output"
         w = "" if p["width"] == 1 else rf"\[{p['width'] - 1}:0\] "
         assert re.search(rf"{d} (wire )?{w}{re.escape(p['name'])}\b", text), p
-    assert {p["name"] for p in man["ports"]} >= {"clk", "rst", "cmd__valid", "m_axi__rdata"}
+    assert {p["name"] for p in man["ports"]} >= {"clk", "rst", "s_axil__awaddr", "irq", "m2s_req__valid",
+                                                "m_axi__rdata"}
 
 
 def test_gen_rejects_unknown_config(tmp_path, capsys):

@@ -1,0 +1,177 @@
+"""Device top: the full TrainingCXL device (architecture section 2). Only wiring.
+
+Ports (Verilog names): ``clk``, ``rst`` (active high); the CXL.mem channels ``m2s_req``,
+``m2s_rwd``, ``m2s_birsp`` (in) and ``s2m_ndr``, ``s2m_drs``, ``s2m_bisnp`` (out) as
+``<ch>__{payload,valid,ready}``; ``s_axil__*`` (CSRs, AXI4-Lite slave, 12-bit addresses, 32-bit
+data; register map docs/registers.md); ``m_axi__*`` (AXI4 master to the PMEM controller);
+``irq`` (level, ``|(IRQ_STATUS & IRQ_ENABLE)``); the DCOH status outputs (``ready``, ``err``,
+``err_code``, ``err_addr``, ``bisnp_sent``, ``conflicts``, ``proto_errors``).
+
+Blocks: CSR block → command processor (rings in staging) → gather (LOOKUP, with the undo-log
+tee), update engine, undo logger, persist engine (COMMIT, recovery); their device request ports
+share the DCOH's device port through a fixed-priority mux (ids: docs/training.md section 8);
+DCOH → media adapter → ``m_axi``.
+"""
+from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI4LiteSignature, AXI4Signature
+from .cmdproc.processor import CommandProcessor, RING_REGS
+from .config import DeviceConfig
+from .csr.regblock import CsrBlock, csr_offsets
+from .cxl.messages import connect_host_channels, host_channel_members
+from .dcoh import DCOH, forward_status, status_members
+from .encodings import N_TABLES
+from .gather import GatherReduce
+from .media_axi import MediaAXI
+from .persist.engine import PersistEngine
+from .port_mux import RequestPortMux
+from .undolog.logger import UndoLogger
+from .update.engine import UpdateEngine
+
+__all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS"]
+
+TOP_NAME = "trainingcxl_device"
+# requesters on the DCOH device port, highest priority first (docs/training.md section 8)
+PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("logger", (8, 9)), ("gather", (0, 1, 2)),
+            ("update", (4, 5, 6, 7)))
+
+
+class TrainingCXLDevice(wiring.Component):
+    def __init__(self, cfg: DeviceConfig = DeviceConfig()):
+        if not isinstance(cfg, DeviceConfig):
+            raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
+        self.cfg = cfg
+        ab = cfg.addr_bits
+        super().__init__({
+            "s_axil": In(AXI4LiteSignature(addr_width=12, data_width=32)),
+            "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
+                                       id_width=cfg.axi_id_bits)),
+            "irq": Out(1),
+            **host_channel_members(),
+            **status_members(ab),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cfg = self.cfg
+        m.submodules.csr = csr = CsrBlock()
+        wiring.connect(m, wiring.flipped(self.s_axil), csr.axil)
+        offs = csr_offsets()
+        m.submodules.cp = cp = CommandProcessor(
+            cfg, {r: offs[r] for r in (*RING_REGS, "control")})
+        m.submodules.gather = gather = GatherReduce(cfg)
+        m.submodules.update = update = UpdateEngine(cfg)
+        m.submodules.logger = logger = UndoLogger(cfg)
+        m.submodules.persist = persist = PersistEngine(cfg)
+        m.submodules.dcoh = dcoh = DCOH(cfg)
+        m.submodules.media = media = MediaAXI(cfg)
+
+        # ---- device request ports → DCOH → media ----------------------------------------------
+        m.submodules.mux = mux = RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS])
+        engines = {"cmdproc": cp, "persist": persist, "logger": logger, "gather": gather,
+                   "update": update}
+        for i, (name, _) in enumerate(PORT_IDS):
+            wiring.connect(m, engines[name].mem, getattr(mux, f"req_{i}"))
+        wiring.connect(m, mux.mem, dcoh.dev)
+        connect_host_channels(m, self, dcoh)
+        forward_status(m, self, dcoh)
+        wiring.connect(m, dcoh.mem, media.port)
+        wiring.connect(m, wiring.flipped(self.m_axi), media.axi)
+
+        # ---- engines ↔ command processor ------------------------------------------------------
+        wiring.connect(m, cp.lk_cmd, gather.cmd)
+        wiring.connect(m, gather.cpl, cp.lk_cpl)
+        m.d.comb += [gather.log.eq(cp.lk_log), gather.table_id.eq(cp.lk_table)]
+        wiring.connect(m, gather.log_rows, logger.tee_rows)
+        wiring.connect(m, gather.log_lines, logger.tee_lines)
+        wiring.connect(m, cp.up_cmd, update.cmd)
+        wiring.connect(m, update.cpl, cp.up_cpl)
+        wiring.connect(m, update.ensure, logger.ensure)
+        wiring.connect(m, logger.ensure_done, update.ensure_done)
+        wiring.connect(m, cp.commit, persist.commit)
+        wiring.connect(m, persist.commit_done, cp.commit_done)
+        m.d.comb += [
+            logger.batch.eq(cp.log_batch),
+            logger.retire.eq(persist.retire),
+            logger.epoch.eq(persist.epoch),
+            cp.log_idle.eq(logger.idle), cp.log_records.eq(logger.records),
+            # the gather completes only after the logger took all its rows and lines
+            cp.log_settled.eq(1),
+            cp.log_full_events.eq(logger.full_events),
+            cp.committed.eq(persist.committed), cp.ready.eq(persist.ready),
+            cp.persist_busy.eq(persist.busy),
+            persist.recover.eq(cp.recover),
+        ]
+
+        # ---- CSRs ↔ command processor ---------------------------------------------------------
+        for r in RING_REGS:
+            m.d.comb += [getattr(cp, r).eq(getattr(csr, r)),
+                         getattr(cp, r + "_swmod").eq(getattr(csr, r + "_swmod")),
+                         getattr(csr, r + "_next").eq(getattr(cp, r + "_next")),
+                         getattr(csr, r + "_we").eq(getattr(cp, r + "_we"))]
+        for t in range(N_TABLES):
+            for f in ("base_lo", "base_hi", "rows", "dim"):
+                m.d.comb += getattr(cp, f"table{t}_{f}").eq(getattr(csr, f"table{t}_{f}"))
+        m.d.comb += [
+            cp.lr.eq(csr.lr),
+            cp.recover_req.eq(csr.control_recover),
+            cp.err_clear.eq(csr.err_clear_clear),
+            cp.csr_err_valid.eq(csr.err_valid), cp.csr_err_code.eq(csr.err_event_code),
+            cp.csr_err_value.eq(csr.err_event_value),
+            csr.cmd_head.eq(cp.cmd_head), csr.cpl_head.eq(cp.cpl_head),
+            csr.err_code.eq(cp.err_code), csr.err_value_lo.eq(cp.err_value[:32]),
+            csr.err_value_hi.eq(cp.err_value[32:]), csr.err_count.eq(cp.err_count),
+            csr.status_busy.eq(cp.busy | persist.busy),
+            csr.status_error.eq(cp.error),
+            csr.status_ready.eq(persist.ready),
+            csr.status_recovering.eq(persist.recovering),
+            csr.committed_lo.eq(persist.committed[:32]),
+            csr.committed_hi.eq(persist.committed[32:]),
+            csr.mlp_epoch_lo.eq(0), csr.mlp_epoch_hi.eq(0),
+            csr.recovered_records.eq(persist.recovered_records),
+            csr.log_slot.eq(logger.records),
+        ]
+        # interrupts: completion, error, recovery done (rising edge of ready)
+        ready_d = Signal()
+        m.d.sync += ready_d.eq(persist.ready)
+        m.d.comb += [csr.irq_status_cpl_set.eq(cp.irq_cpl), csr.irq_status_err_set.eq(cp.irq_err),
+                     csr.irq_status_recovered_set.eq(persist.ready & ~ready_d),
+                     self.irq.eq((csr.irq_status_cpl & csr.irq_enable_cpl) |
+                                 (csr.irq_status_err & csr.irq_enable_err) |
+                                 (csr.irq_status_recovered & csr.irq_enable_recovered))]
+        # capabilities and memory map (build parameters)
+        caps = {"cap_tables": N_TABLES, "cap_frac_bits": cfg.frac_bits,
+                "cap_log_set_rows": cfg.log_set_sets * cfg.log_set_ways,
+                "cap_log_window": cfg.log_window, "cap_log_slots": cfg.log_slots}
+        for r in ("table", "log", "superblock", "slots", "staging"):
+            base, size = getattr(cfg, r + "_base"), getattr(cfg, r + "_size")
+            caps[f"region_{r}_base_lo"] = base & 0xFFFF_FFFF
+            caps[f"region_{r}_base_hi"] = base >> 32
+            caps[f"region_{r}_size_lo"] = size & 0xFFFF_FFFF
+            caps[f"region_{r}_size_hi"] = size >> 32
+        for name, value in caps.items():
+            m.d.comb += getattr(csr, name).eq(value)
+
+        # ---- performance counters ---------------------------------------------------------------
+        lines_rd = Signal(32)
+        lines_wr = Signal(32)
+        log_lines = Signal(64)
+        mp = dcoh.mem
+        m.d.sync += [lines_rd.eq(lines_rd + (mp.rd_req.valid & mp.rd_req.ready)),
+                     lines_wr.eq(lines_wr + (mp.wr_req.valid & mp.wr_req.ready)),
+                     log_lines.eq(log_lines + (logger.mem.wr_req.valid &
+                                               logger.mem.wr_req.ready))]
+        log_bytes = Cat(Const(0, 6), log_lines)
+        m.d.comb += [
+            csr.perf_cyc_lookup.eq(cp.cyc_lookup), csr.perf_cyc_update.eq(cp.cyc_update),
+            csr.perf_cyc_commit.eq(cp.cyc_commit), csr.perf_cyc_recover.eq(persist.cyc_recover),
+            csr.perf_lines_rd.eq(lines_rd), csr.perf_lines_wr.eq(lines_wr),
+            csr.perf_bisnp.eq(dcoh.bisnp_sent), csr.perf_conflicts.eq(dcoh.conflicts),
+            csr.perf_log_records.eq(cp.log_total),
+            csr.perf_log_bytes_lo.eq(log_bytes[:32]), csr.perf_log_bytes_hi.eq(log_bytes[32:64]),
+            csr.perf_upd_stalls.eq(cp.upd_stalls), csr.perf_sat.eq(cp.sat_total),
+            csr.perf_desc_done.eq(cp.desc_done), csr.perf_set_overflow.eq(logger.set_overflow),
+        ]
+        return m

@@ -1,0 +1,527 @@
+"""UndoLogger (hw/undolog/logger.py) against an independent model of docs/training.md section 5:
+records byte-exact (header by hw.encodings.pack_fields, CRC by zlib), logged-set hash, insert
+and overflow, the ensure path (record persistent before its answer), log full, retire, the
+window limit and reset."""
+import zlib
+
+import pytest
+from amaranth.hdl import ClockDomain, Module
+
+from hw.config import DeviceConfig
+from hw.encodings import LOG_HDR_FIELDS, LOG_MAGIC, DeviceError, pack_fields
+from hw.reqport import RD_CUR
+from hw.undolog import UndoLogger
+
+from pysim_util import Stall, check_stream, make_rng, simulate
+
+BATCH = 0x0123_4567_89AB_CDEF
+EPOCH = 0x0000_0042_0000_0007
+TABLE_BASE = 0x1_0000_0000
+
+
+def cfg_of(slots=64, sets=4, ways=2, window=4):
+    return DeviceConfig(log_size=576 * slots, log_set_sets=sets, log_set_ways=ways,
+                        log_window=window)
+
+
+def line_bytes(line_addr, salt=0):
+    """Memory contents of a line: a hash of its address (so misplaced lines are visible)."""
+    x = (line_addr * 0x9E37_79B9_7F4A_7C15 + salt * 0x1234_5678_9ABC) & ((1 << 64) - 1)
+    out = bytearray()
+    for i in range(8):
+        x = (x * 6364136223846793005 + 1442695040888963407) & ((1 << 64) - 1)
+        out += x.to_bytes(8, "little")
+    return bytes(out)
+
+
+def row_addr(table, row, dim_log):
+    return TABLE_BASE + (table << 24) + row * (64 << dim_log)
+
+
+def row_entry(table, row, dim_log):
+    return {"table": table, "row": row, "addr": row_addr(table, row, dim_log), "dim_log": dim_log}
+
+
+# ---- independent model -------------------------------------------------------------------------
+
+class LogModel:
+    """docs/training.md section 5: the logged set, slots and record images."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.ways = [[None] * cfg.log_set_ways for _ in range(cfg.log_set_sets)]
+        self.s = cfg.log_set_sets.bit_length() - 1
+        self.next = 0
+        self.overflow = 0
+        self.full_events = 0
+        self.image = {}            # slot -> bytes of the record (header + data lines)
+
+    def h(self, table, row):
+        return (row ^ (row >> self.s) ^ table) & (self.cfg.log_set_sets - 1)
+
+    def logged(self, table, row):
+        return (table, row) in self.ways[self.h(table, row)]
+
+    def insert(self, table, row):
+        ways = self.ways[self.h(table, row)]
+        if None in ways:
+            ways[ways.index(None)] = (table, row)
+        else:
+            self.overflow += 1
+
+    def record(self, table, row, dim_log, data):
+        dim = 16 << dim_log
+        addr = row_addr(table, row, dim_log)
+        vals = {"magic": LOG_MAGIC, "table": table, "dim": dim, "batch": BATCH, "row": row,
+                "addr": addr, "epoch": EPOCH}
+        hdr0 = pack_fields(LOG_HDR_FIELDS, vals, 64)
+        crc = zlib.crc32(data + hdr0)
+        self.image[self.next] = pack_fields(LOG_HDR_FIELDS, dict(vals, crc=crc), 64) + data
+        self.next += 1
+
+    def tee(self, table, row, dim_log, data):
+        if self.logged(table, row):
+            return
+        if self.next == self.cfg.log_slots:
+            self.full_events += 1
+            return
+        self.insert(table, row)
+        self.record(table, row, dim_log, data)
+
+    def ensure(self, table, row, dim_log, data, media=False):
+        if self.logged(table, row):
+            return 0
+        if self.next == self.cfg.log_slots:
+            self.full_events += 1
+            return DeviceError.LOG_FULL
+        self.record(table, row, dim_log, data)
+        if media:
+            return DeviceError.MEDIA
+        self.insert(table, row)
+        return 0
+
+    def retire(self):
+        self.ways = [[None] * self.cfg.log_set_ways for _ in range(self.cfg.log_set_sets)]
+        self.next = 0
+
+
+def row_data(table, row, dim_log, salt=0):
+    a = row_addr(table, row, dim_log) >> 6
+    return b"".join(line_bytes(a + k, salt) for k in range(1 << dim_log))
+
+
+# ---- bench -------------------------------------------------------------------------------------
+
+class Bench:
+    """UndoLogger with a behavioural memory (in-order responses, random latency and request
+    stalls), a window/persistence monitor and a log image."""
+
+    def __init__(self, cfg, rng, *, rd_lat=(1, 8), wr_lat=(1, 12), p_stall=0.3, with_reset=False):
+        self.cfg, self.rng = cfg, rng
+        self.dut = UndoLogger(cfg)
+        if with_reset:
+            self.top = Module()
+            self.top.domains.sync = self.cd = ClockDomain("sync")
+            self.top.submodules.dut = self.dut
+        else:
+            self.top = self.dut
+        self.rd_lat, self.wr_lat = rd_lat, wr_lat
+        self.rstall, self.wstall = Stall(rng, p_stall), Stall(rng, p_stall)
+        self.base = cfg.log_base >> 6
+        self.log = {}                 # line address -> 64 bytes written
+        self.issued = {}              # slot -> writes issued
+        self.acked = {}               # slot -> writes acknowledged
+        self.open = set()             # slots with a write issued and not all acknowledged
+        self.dims = {}                # slot -> number of writes the record needs (header seen)
+        self.max_open = 0
+        self.reads = []               # (line, cycle) of every read
+        self.rd_err_lines = set()
+        self.wr_err_lines = set()
+        self.cycle = 0
+
+    def clear_tracking(self):
+        """Forget the log image (after a retire or reset, slots are reused)."""
+        self.log, self.issued, self.acked, self.dims = {}, {}, {}, {}
+        self.open = set()
+
+    def slot_bytes(self, slot):
+        n = self.dims.get(slot, 0)
+        return b"".join(self.log.get(self.base + 9 * slot + j, b"?" * 64) for j in range(n))
+
+    def persistent(self, slot):
+        return slot in self.dims and self.acked.get(slot, 0) == self.dims[slot]
+
+    def background(self):
+        d = self.dut
+        return [self.memory, check_stream(d.mem.rd_req, "rd_req"),
+                check_stream(d.mem.wr_req, "wr_req"), check_stream(d.ensure_done, "ensure_done")]
+
+    def _close(self, slot):
+        if slot in self.dims and self.acked.get(slot, 0) == self.dims[slot]:
+            self.open.discard(slot)
+
+    async def memory(self, ctx):
+        mem = self.dut.mem
+        rq, wq = [], []               # (release cycle, line)
+        t = 0
+        while True:
+            ctx.set(mem.rd_req.ready, 0 if self.rstall() else 1)
+            ctx.set(mem.wr_req.ready, 0 if self.wstall() else 1)
+            rh = rq[0] if rq and rq[0][0] <= t else None
+            wh = wq[0] if wq and wq[0][0] <= t else None
+            ctx.set(mem.rd_resp.valid, rh is not None)
+            if rh is not None:
+                ctx.set(mem.rd_resp.payload, {"id": 8, "err": rh[1] in self.rd_err_lines,
+                                              "data": int.from_bytes(line_bytes(rh[1]), "little")})
+            ctx.set(mem.wr_resp.valid, wh is not None)
+            if wh is not None:
+                ctx.set(mem.wr_resp.payload, {"id": 9, "err": wh[1] in self.wr_err_lines})
+            *_, qv, qr, qp, rr, wv, wr, wp, br = await ctx.tick().sample(
+                mem.rd_req.valid, mem.rd_req.ready, mem.rd_req.payload, mem.rd_resp.ready,
+                mem.wr_req.valid, mem.wr_req.ready, mem.wr_req.payload, mem.wr_resp.ready)
+            t += 1
+            self.cycle = t
+            if rh is not None and rr:
+                rq.pop(0)
+            if wh is not None:
+                assert br, "wr_resp back-pressured"
+                wq.pop(0)
+                slot = (wh[1] - self.base) // 9
+                self.acked[slot] = self.acked.get(slot, 0) + 1
+                self._close(slot)
+            if qv and qr:
+                assert qp.id == 8 and qp.op == RD_CUR, f"bad read {qp}"
+                self.reads.append((qp.addr, t))
+                rq.append((max([t + self.rng.randint(*self.rd_lat)] + [r for r, _ in rq[-1:]]),
+                           qp.addr))
+            if wv and wr:
+                line = int(wp.addr)
+                assert wp.id == 9, f"write id {wp.id}"
+                assert wp.be == (1 << 64) - 1, "partial write"
+                slot, j = divmod(line - self.base, 9)
+                assert 0 <= slot < self.cfg.log_slots, f"write outside the log: line {line:#x}"
+                data = int(wp.data).to_bytes(64, "little")
+                self.log[line] = data
+                if j == 0:
+                    dim = int.from_bytes(data[6:8], "little")
+                    self.dims[slot] = 1 + dim // 16
+                self.issued[slot] = self.issued.get(slot, 0) + 1
+                self.open.add(slot)
+                self.max_open = max(self.max_open, len(self.open))
+                assert len(self.open) <= self.cfg.log_window, \
+                    f"{len(self.open)} records with writes in flight > window"
+                wq.append((max([t + self.rng.randint(*self.wr_lat)] + [r for r, _ in wq[-1:]]),
+                           line))
+
+    async def tee(self, ctx, rows, p_gap=0.3):
+        """Send ``rows`` [(table, row, dim_log, data)] on tee_rows and their lines on tee_lines,
+        both streams driven independently with random gaps (lines may be offered early)."""
+        d = self.dut
+        ents = [row_entry(t, r, dl) for t, r, dl, _ in rows]
+        lines = [int.from_bytes(data[64 * k:64 * (k + 1)], "little")
+                 for (_, _, dl, data) in rows for k in range(1 << dl)]
+        gap = Stall(self.rng, p_gap)
+        ri = li = 0
+        rv = lv = False
+        while ri < len(ents) or li < len(lines):
+            if not rv and ri < len(ents) and not gap():
+                ctx.set(d.tee_rows.payload, ents[ri])
+                rv = True
+            if not lv and li < len(lines) and not gap():
+                ctx.set(d.tee_lines.payload, {"data": lines[li]})
+                lv = True
+            ctx.set(d.tee_rows.valid, rv)
+            ctx.set(d.tee_lines.valid, lv)
+            *_, rr, lr = await ctx.tick().sample(d.tee_rows.ready, d.tee_lines.ready)
+            if rv and rr:
+                ri, rv = ri + 1, False
+            if lv and lr:
+                li, lv = li + 1, False
+        ctx.set(d.tee_rows.valid, 0)
+        ctx.set(d.tee_lines.valid, 0)
+
+    async def ensure(self, ctx, table, row, dim_log, seed, p_stall=0.3):
+        """One ensure request; returns (err_code, reads issued for it, slots persistent at the
+        answer)."""
+        d = self.dut
+        n_reads = len(self.reads)
+        stall = Stall(self.rng, p_stall)
+        ctx.set(d.ensure.payload, row_entry(table, row, dim_log))
+        ctx.set(d.ensure.valid, 1)
+        while True:
+            ctx.set(d.ensure_done.ready, 0 if stall() else 1)
+            *_, er, dv, dr, dp = await ctx.tick().sample(
+                d.ensure.ready, d.ensure_done.valid, d.ensure_done.ready, d.ensure_done.payload)
+            if er:
+                ctx.set(d.ensure.valid, 0)
+            if dv and dr:
+                assert er, f"seed={seed}: ensure not taken with its answer"
+                break
+        ctx.set(d.ensure_done.ready, 0)
+        persistent = {s for s in self.dims if self.persistent(s)}
+        return int(dp.err_code), [a for a, _ in self.reads[n_reads:]], persistent
+
+    async def wait_idle(self, ctx, limit=5000):
+        for _ in range(limit):
+            if ctx.get(self.dut.idle):
+                await ctx.tick()      # let the memory model book this cycle's responses
+                return
+            await ctx.tick()
+        raise AssertionError("logger did not become idle")
+
+    async def status(self, ctx):
+        return {k: int(ctx.get(getattr(self.dut, k)))
+                for k in ("records", "set_overflow", "full", "full_events", "media_err")}
+
+    def run(self, tb, name, max_cycles=30000):
+        async def main(ctx):
+            ctx.set(self.dut.batch, BATCH)
+            ctx.set(self.dut.epoch, EPOCH)
+            await tb(ctx)
+        simulate(self.top, [main], self.background(), max_cycles=max_cycles, name=name)
+
+
+def check_image(b, model, seed):
+    """Every record of the model is in the log region, byte-exact and persistent; nothing else
+    was written."""
+    for slot in range(model.next):
+        assert b.persistent(slot), f"seed={seed}: slot {slot} not persistent"
+        got, exp = b.slot_bytes(slot), model.image[slot]
+        assert got == exp, f"seed={seed}: slot {slot} differs\n got {got[:64].hex()}\n " \
+                           f"exp {exp[:64].hex()}"
+    assert set(b.dims) == set(range(model.next)), \
+        f"seed={seed}: slots written {sorted(b.dims)}, expected 0..{model.next - 1}"
+    assert all(b.issued[s] == b.dims[s] for s in b.dims), f"seed={seed}: extra writes"
+
+
+def random_rows(rng, n, keys, dims=(0, 1, 2, 3), salt=0):
+    """``n`` row reads drawn from ``keys`` (duplicates likely); one dim per table."""
+    out = []
+    for i in range(n):
+        t, r = rng.choice(keys)
+        dl = dims[t % len(dims)]
+        out.append((t, r, dl, row_data(t, r, dl, salt=salt + i)))
+    return out
+
+
+# ---- tests -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed,sets,ways,window", [(1, 4, 2, 3), (2, 4, 2, 3), (3, 4, 2, 3),
+                                                   (4, 1, 1, 1), (5, 16, 3, 8)])
+def test_tee_records_byte_exact_with_duplicates_and_set_overflow(seed, sets, ways, window):
+    """70 row reads over 4 tables x 11 rows (duplicates, dims 16..128) through a small set
+    (``sets`` x ``ways``) and window: the log region holds exactly the model's records (header
+    fields incl. batch and epoch, zlib CRC, data of the occurrence that was logged), slots 0..
+    in order; ``records`` and ``set_overflow`` equal the model's; nothing full."""
+    cfg = cfg_of(slots=128, sets=sets, ways=ways, window=window)
+    rng = make_rng(seed)
+    keys = [(t, rng.randrange(1 << 20)) for t in range(4) for _ in range(11)]
+    rows = random_rows(rng, 70, keys)
+    model = LogModel(cfg)
+    for t, r, dl, data in rows:
+        model.tee(t, r, dl, data)
+    assert model.overflow > 0 and model.next < 70, "stimulus must hit and overflow the set"
+    b = Bench(cfg, rng)
+    st = {}
+
+    async def tb(ctx):
+        await b.tee(ctx, rows)
+        await b.wait_idle(ctx)
+        st.update(await b.status(ctx))
+    b.run(tb, f"undolog_tee_{seed}")
+    check_image(b, model, seed)
+    assert st == {"records": model.next, "set_overflow": model.overflow, "full": 0,
+                  "full_events": 0, "media_err": 0}, f"seed={seed}: {st}"
+
+
+def test_set_index_hash_of_training_md():
+    """8 sets x 1 way: row 1 and row 8 share set 1 under h = (row ^ row>>3 ^ table) & 7 (not
+    under row & 7), as do (table 1, row 0) and (table 0, row 72). Sequence 1, 8, 1, 8, (1,0),
+    (0,72): row 1 logged, 8 overflows (logged twice), 1 hits, (1,0) and (0,72) overflow too ->
+    5 records."""
+    cfg = cfg_of(slots=16, sets=8, ways=1, window=4)
+    seq = [(0, 1), (0, 8), (0, 1), (0, 8), (1, 0), (0, 72)]
+    rows = [(t, r, 0, row_data(t, r, 0, salt=i)) for i, (t, r) in enumerate(seq)]
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    assert (model.next, model.overflow) == (5, 4)
+    b = Bench(cfg, make_rng(5))
+    st = {}
+
+    async def tb(ctx):
+        await b.tee(ctx, rows)
+        await b.wait_idle(ctx)
+        st.update(await b.status(ctx))
+    b.run(tb, "undolog_hash")
+    check_image(b, model, 5)
+    assert (st["records"], st["set_overflow"]) == (5, 4), st
+
+
+def test_back_to_back_duplicate_sees_previous_insert_full_rate():
+    """No gaps, no stalls: rows A, A, B, B, A (dim 16) — each second occurrence is a hit (the
+    insert is visible to the very next row): 2 records; and 40 repeats of one logged row drain
+    at one line per cycle."""
+    cfg = cfg_of(slots=16, sets=4, ways=2, window=8)
+    rows = [(0, r, 0, row_data(0, r, 0, salt=i)) for i, r in enumerate([5, 5, 6, 6, 5])]
+    rows += [(0, 5, 0, row_data(0, 5, 0, salt=99))] * 40
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    rng = make_rng(6)
+    b = Bench(cfg, rng, p_stall=0.0, wr_lat=(1, 2))
+    cycles = {}
+
+    async def tb(ctx):
+        t0 = b.cycle
+        await b.tee(ctx, rows, p_gap=0.0)
+        cycles["tee"] = b.cycle - t0
+        await b.wait_idle(ctx)
+    b.run(tb, "undolog_b2b")
+    check_image(b, model, 6)
+    # 45 lines + 2 header cycles + pipeline start
+    assert cycles["tee"] <= 45 + 2 + 3, f"tee took {cycles['tee']} cycles for 45 lines"
+
+
+def test_window_limit_reached_never_exceeded():
+    """Slow write acknowledgements (30..60 cycles), 20 new rows, window 3: at most 3 records have
+    writes in flight at any time (monitor) and the limit is actually reached."""
+    cfg = cfg_of(slots=32, sets=32, ways=2, window=3)
+    rng = make_rng(7)
+    rows = [(1, 100 + i, i % 4, row_data(1, 100 + i, i % 4)) for i in range(20)]
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    b = Bench(cfg, rng, wr_lat=(30, 60))
+
+    async def tb(ctx):
+        await b.tee(ctx, rows)
+        await b.wait_idle(ctx)
+    b.run(tb, "undolog_window")
+    check_image(b, model, 7)
+    assert b.max_open == 3, f"max records in flight {b.max_open}"
+
+
+@pytest.mark.parametrize("seed", [11, 12])
+def test_ensure_path(seed):
+    """After a tee: ensure of a tee-logged row answers 0 with no read and no write; a new row is
+    read (its dim/16 lines, RdCur, id 8, in order), its record is byte-exact and persistent
+    before the answer, then it is in the set (a second ensure: no reads); a read error answers
+    MEDIA, writes the record but does not insert (the next ensure logs it again)."""
+    cfg = cfg_of(slots=64, sets=8, ways=2, window=4)
+    rng = make_rng(seed)
+    tee_rows = [(2, r, 1, row_data(2, r, 1)) for r in (3, 4, 3, 9)]
+    model = LogModel(cfg)
+    for row in tee_rows:
+        model.tee(*row)
+    b = Bench(cfg, rng)
+    bad = (row_addr(3, 77, 2) >> 6) + 2
+    b.rd_err_lines.add(bad)
+    plan = [((2, 4, 1), False), ((3, 50, 3), False), ((3, 50, 3), False), ((2, 9, 1), False),
+            ((3, 77, 2), True), ((0, 1, 0), False)]
+    got = []
+
+    async def tb(ctx):
+        await b.tee(ctx, tee_rows)
+        await b.wait_idle(ctx)
+        for (t, r, dl), media in plan:
+            slot = model.next
+            exp = model.ensure(t, r, dl, row_data(t, r, dl), media=media)
+            wrote = model.next != slot
+            n_writes = sum(b.issued.values())
+            err, reads, persistent = await b.ensure(ctx, t, r, dl, seed)
+            got.append((t, r, err))
+            assert err == exp, f"seed={seed}: ensure {(t, r)} err {err} expected {exp}"
+            if wrote:
+                first = row_addr(t, r, dl) >> 6
+                assert reads == [first + k for k in range(1 << dl)], \
+                    f"seed={seed}: ensure {(t, r)} reads {reads}"
+                assert slot in persistent, f"seed={seed}: record {slot} not persistent at done"
+                assert b.slot_bytes(slot) == model.image[slot], f"seed={seed}: record {slot}"
+            else:
+                assert reads == [] and sum(b.issued.values()) == n_writes, \
+                    f"seed={seed}: ensure of a logged row read or wrote"
+            if media:
+                b.rd_err_lines.discard(bad)
+        # the failed row was not inserted: it is logged again
+        slot = model.next
+        assert model.ensure(3, 77, 2, row_data(3, 77, 2)) == 0 and model.next == slot + 1
+        err, reads, persistent = await b.ensure(ctx, 3, 77, 2, seed)
+        assert err == 0 and len(reads) == 4 and slot in persistent, f"seed={seed}: re-log"
+        await b.wait_idle(ctx)
+        st = await b.status(ctx)
+        assert st["records"] == model.next and st["media_err"] == 1, f"seed={seed}: {st}"
+    b.run(tb, f"undolog_ensure_{seed}")
+    check_image(b, model, seed)
+
+
+def test_log_full_then_retire():
+    """3 slots: 5 new tee rows -> 3 records, ``full`` and 2 full events; a logged row is still a
+    hit (no event); ensure of a new row -> LOG_FULL (event 3), of a logged row -> 0. Retire (while
+    idle) clears full, records and the set: the same rows are logged again from slot 0."""
+    cfg = cfg_of(slots=3, sets=16, ways=2, window=2)
+    rng = make_rng(21)
+    rows = [(0, r, 1, row_data(0, r, 1)) for r in (10, 11, 12, 13, 14)]
+    model = LogModel(cfg)
+    for row in rows + rows[:1]:
+        model.tee(*row)
+    assert (model.next, model.full_events) == (3, 2)
+    b = Bench(cfg, rng)
+
+    async def tb(ctx):
+        d = b.dut
+        await b.tee(ctx, rows + rows[:1])
+        await b.wait_idle(ctx)
+        st = await b.status(ctx)
+        assert st == {"records": 3, "set_overflow": 0, "full": 1, "full_events": 2,
+                      "media_err": 0}, st
+        check_image(b, model, 21)
+        err, reads, _ = await b.ensure(ctx, 1, 5, 0, 21)
+        assert (err, reads) == (DeviceError.LOG_FULL, []), err
+        err, reads, _ = await b.ensure(ctx, 0, 11, 1, 21)
+        assert (err, reads) == (0, []), err
+        assert (await b.status(ctx))["full_events"] == 3
+        await b.wait_idle(ctx)
+        ctx.set(d.retire, 1)
+        await ctx.tick()
+        ctx.set(d.retire, 0)
+        await ctx.tick()
+        st = await b.status(ctx)
+        assert (st["records"], st["full"], st["full_events"]) == (0, 0, 3), st
+        b.clear_tracking()
+        model.retire()
+        for row in rows[:2]:
+            model.tee(*row)
+        await b.tee(ctx, rows[:2])
+        await b.wait_idle(ctx)
+        check_image(b, model, 21)
+        assert (await b.status(ctx))["records"] == 2
+    b.run(tb, "undolog_full")
+
+
+def test_reset_clears_logged_set():
+    """Rows logged, then a reset (the set memory keeps its contents; the valid bits must not):
+    the same rows are logged again from slot 0 with byte-exact records."""
+    cfg = cfg_of(slots=16, sets=4, ways=2, window=4)
+    rng = make_rng(31)
+    rows = [(1, r, 0, row_data(1, r, 0)) for r in (1, 2, 3)]
+    b = Bench(cfg, rng, with_reset=True)
+
+    async def tb(ctx):
+        await b.tee(ctx, rows)
+        await b.wait_idle(ctx)
+        assert (await b.status(ctx))["records"] == 3
+        ctx.set(b.cd.rst, 1)
+        await ctx.tick()
+        await ctx.tick()
+        ctx.set(b.cd.rst, 0)
+        st = await b.status(ctx)
+        assert st["records"] == 0 and st["set_overflow"] == 0, st
+        b.clear_tracking()
+        await b.tee(ctx, rows)
+        await b.wait_idle(ctx)
+    b.run(tb, "undolog_reset")
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    check_image(b, model, 31)

@@ -90,6 +90,8 @@ class TrainingCXLDevice(wiring.Component):
         wiring.connect(m, update.cpl, cp.up_cpl)
         wiring.connect(m, update.ensure, logger.ensure)
         wiring.connect(m, logger.ensure_done, update.ensure_done)
+        # the logger's ensure path waits while the update engine still writes the row
+        m.d.comb += [update.q_row.eq(logger.q_row), logger.q_busy.eq(update.q_busy)]
         wiring.connect(m, cp.commit, persist.commit)
         wiring.connect(m, persist.commit_done, cp.commit_done)
         m.d.comb += [

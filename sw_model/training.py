@@ -43,11 +43,15 @@ Choices where docs/training.md leaves room (the RTL must match these):
 5. ``RING_CONFIG`` check order at the doorbell: ``CMD_SIZE`` (power of two in 2..65536, value =
    size), then ``CMD_BASE`` (64 B aligned and ``[base, base + 64*size)`` inside staging, value =
    base), then ``CPL_BASE`` (same, value = base). Doorbell check order as section 3 lists them.
-6. Addresses and sizes of descriptors and the table directory are compared as unbounded
-   integers (no truncation to ``addr_bits``; an address outside every region fails the
-   region check).
+6. Width checks (section 2), for LOOKUP/UPDATE after kind, table id and batch, before any
+   engine check: directory ``DIM`` >= 2^16 is ``BAD_DIM`` (value = dim); then table base,
+   ``offsets_addr``, ``indices_addr``, ``data_addr`` (in that order) >= 2^``addr_bits`` is
+   ``ADDR_RANGE`` (value = that address). After them the engine's checks compare addresses and
+   sizes as unbounded integers (nothing is truncated; an address outside every region fails
+   the region check).
 7. ``BAD_TABLE`` is only table id >= ``N_TABLES``; an invalid directory entry of a valid id fails
-   the engine's own checks (``BAD_DIM``/``ALIGN``/``ADDR_RANGE``), as section 2 says.
+   the width checks or the engine's own checks (``BAD_DIM``/``ALIGN``/``ADDR_RANGE``), as
+   section 2 says.
 8. Recovery formatting writes the whole superblock line as zeros first, then the 8-byte
    magic/version word; it does not write ``recovery_epoch`` (stays 0 from the zero line).
    Recovery while descriptors are pending is refused with ``CSR_BUSY``. The epoch write happens
@@ -343,6 +347,19 @@ class TrainingDevice:
         if not (s0 <= iaddr <= s1):
             raise _Stop(E.ADDR_RANGE, iaddr)
 
+    def _width_checks(self, d):
+        """docs/training.md section 2, the command processor's widths (LOOKUP/UPDATE, after
+        kind, table id and batch, before the engine): directory DIM >= 2^16 -> ``BAD_DIM``
+        (value = dim); table base, offsets, indices, data address >= 2^addr_bits ->
+        ``ADDR_RANGE`` (value = that address), in that order. Raises _Stop."""
+        tbase, _, dim = self.tables[d["table"]]
+        if dim >= 1 << 16:
+            raise _Stop(E.BAD_DIM, dim)
+        lim = 1 << self.cfg.addr_bits
+        for a in (tbase, d["offsets_addr"], d["indices_addr"], d["data_addr"]):
+            if a >= lim:
+                raise _Stop(E.ADDR_RANGE, a)
+
     def _bag(self, oaddr, iaddr, b):
         """Offsets of bag ``b`` after bag-level checks 4-6 (raises _Stop with bag = b)."""
         s, e = (int(v) for v in self.mem.read_u32(oaddr + 4 * b, 2))
@@ -376,6 +393,8 @@ class TrainingDevice:
             logged_kind = kind != DescKind.LOOKUP or (d["flags"] & FLAG_LOG)
             if logged_kind and d["batch"] != self.committed + 1:
                 raise _Stop(E.WRONG_BATCH, d["batch"])
+            if kind != DescKind.COMMIT:
+                self._width_checks(d)
             if kind == DescKind.LOOKUP:
                 self._lookup(d, ctr)
             elif kind == DescKind.UPDATE:

@@ -10,10 +10,17 @@ Ports (A = ``cfg.addr_bits``):
   the write rate; already-logged rows drain at one line per cycle).
 - ``ensure`` In stream ``log_row_layout(A)`` / ``ensure_done`` Out stream ``ensure_done_layout``,
   one answer per request, in order (UPDATE's synchronous path): row in the logged set → done
-  (err 0) at once; else log full → ``LOG_FULL`` (sets ``full``); else read the row (RdCur,
-  id 8), write its record, wait until every record write is acknowledged, insert the row, done
-  (err 0, or ``MEDIA`` after a read or write error, in which case the row is not inserted).
-  The tee has priority: an ensure starts only with no tee row pending or being logged.
+  (err 0) at once; else log full → ``LOG_FULL`` (sets ``full``); else wait until ``q_busy``
+  is 0, read the row (RdCur, id 8), write its record, wait until every record write is
+  acknowledged, insert the row, done (err 0, or ``MEDIA`` after a read or write error, in which
+  case the row is not inserted). The tee has priority: an ensure starts only with no tee row
+  pending or being logged.
+- ``q_row`` Out(32) = the pending ensure's row; ``q_busy`` In(1): the UPDATE engine still has
+  a write of that row to make or acknowledge for an earlier (already answered) item
+  (``UpdateEngine.q_busy``). Waiting for 0 before the read makes a re-logged row's record
+  (its logged-set set was full) hold the value after the earlier updates of the row in this
+  UPDATE. No deadlock: only items whose ``ensure_done`` was already sent can hold ``q_busy``
+  high, and they complete without the logger (see ``UpdateEngine``). Unconnected: 0 (no wait).
 - ``mem`` device request port: ids 8 (row reads of ``ensure``) and 9 (record writes, full
   lines). Writes are issued in record order (data lines 1..dim/16 as they arrive, CRC computed
   on the fly, then the header line 0).
@@ -75,6 +82,8 @@ class UndoLogger(wiring.Component):
             "media_err": Out(1),
             "records": Out(32),
             "set_overflow": Out(32),
+            "q_row": Out(32),
+            "q_busy": In(1),
         })
 
     def elaborate(self, platform):
@@ -85,7 +94,7 @@ class UndoLogger(wiring.Component):
         s_bits = n_sets.bit_length() - 1
         base_line = cfg.log_base >> 6
         tr, en = self.tee_rows.payload, self.ensure.payload
-        m.d.comb += self.ready.eq(1)
+        m.d.comb += [self.ready.eq(1), self.q_row.eq(en.row)]
 
         # ---- logged set ----------------------------------------------------------------------
         mem_sets = max(2, n_sets)         # (depth >= 2: no zero-width address in Verilog)
@@ -261,7 +270,8 @@ class UndoLogger(wiring.Component):
                         log_full()
                         m.d.sync += ens_code.eq(DeviceError.LOG_FULL)
                         m.next = "DONE"
-                    with m.Elif(win_ok):
+                    with m.Elif(win_ok & ~self.q_busy):
+                        # (q_busy: the UPDATE engine still writes this row for an earlier item)
                         start(en, write=1, ens=1)
                         m.d.sync += ens_err.eq(0)
                         m.next = "WAIT"

@@ -8,10 +8,25 @@ Ports:
 - ``mem`` (device request port): ids 4 offsets, 5 indices, 6 gradients (RdCur), 7 rows (RdOwn
   reads, full-line writes).
 - ``ensure`` (out, ``ensure_layout``) / ``ensure_done`` (in, ``err_code`` 8): unless ``nolog``,
-  one ``ensure`` per row item in item order; the logger answers in request order. No line of an
-  item is written before that item's ``ensure_done`` has been received; ensures run ahead of the
-  row reads (a row may be read before its ``ensure_done``). Every ``ensure`` sent is answered
-  before ``cpl``, even after an error.
+  one ``ensure`` per row item in item order; the logger answers in request order. Ensures run
+  ahead of the row stage (an already-logged row costs nothing), but an item enters the row stage
+  (reads its lines or joins the row tracker) only after its own ``ensure_done`` has been
+  received, so no line of an item is read or written before it. Every ``ensure`` sent is
+  answered before ``cpl``, even after an error.
+- ``q_row`` (in 32) / ``q_busy`` (out 1): the undo logger's query (combinational): ``q_busy``
+  = some item whose ``ensure_done`` has been received has not yet finished with ``q_row``, i.e.
+  a valid row tracker entry holds ``q_row`` (its writes are not all acknowledged), or some
+  answered item has not yet entered the row stage (conservatively busy for every row). Always 0
+  once the command has stopped (no further writes are started; tracker entries of discarded
+  lines are never acknowledged). The logger waits for ``q_busy`` = 0 before reading a row it
+  must (re-)log, so the record holds the row's value after every earlier update of this
+  command (docs/training.md 5, a row re-logged because its logged-set set is full).
+  No deadlock: every item counted in ``q_busy`` has its ``ensure_done`` already, and the
+  logger is working on a later ensure; such items need nothing more from the logger (their
+  gradient lines were requested before them, the row stage, W0 and the writes depend only on
+  earlier items, which are answered too), so they enter the row stage, their writes are
+  acknowledged and ``q_busy`` falls. Items after the one being ensured cannot enter the row
+  stage (their answers come later), so they cannot keep ``q_busy`` high.
 - ``busy`` (out): a command is being executed.
 
 Semantics and check order: docs/training.md 4 (checks as docs/lookup.md with ``grads_addr`` in
@@ -36,7 +51,8 @@ answered: nothing of a command is in flight after ``cpl``.
 
 Pipeline: offsets reader -> walker -> bag FIFO -> sequencer (+ bag number) -> slice -> fork
 (ensure requests; item FIFO) -> grad stage (a bag's first item reads its dim/16 gradient lines
-into a ring of delta lines, ``max(16, max_reads/2)`` lines) -> item FIFO -> row stage (same-row
+into a ring of delta lines, ``max(16, max_reads/2)`` lines) -> item FIFO -> row stage (unless
+``nolog``, waits for the item's ``ensure_done``; same-row
 hazard check, below; one RdOwn line read per cycle; line context FIFO, ``max_reads`` lines
 in flight; responses land in a line buffer of the same depth, so ``rd_resp`` is never
 back-pressured) -> write stage W0 (joins
@@ -106,6 +122,8 @@ class UpdateEngine(wiring.Component):
             "ensure": Out(stream.Signature(ensure_layout(ab))),
             "ensure_done": In(stream.Signature(ensure_done_layout)),
             "busy": Out(1),
+            "q_row": In(32),
+            "q_busy": Out(1),
         })
 
     @property
@@ -356,6 +374,10 @@ class UpdateEngine(wiring.Component):
         cur_fwd = Signal()                    # the item is a repeat (lines k > 0)
         first = k == 0
         blocked = first & ~rt.hit & rt.full
+        # ensure_done received, item not yet entered (see ``q_busy``)
+        ens_ahead = Signal(range(done_depth + 1))
+        ens_wait = first & need_log & (ens_ahead == 0)
+        enter = Signal()                      # an item enters the row stage (its first line)
         fwd_now = Mux(first, rt.hit, cur_fwd)
         ent_now = Mux(first, Mux(rt.hit, rt.hit_idx, rt.free_idx), cur_ent)
         stalls = Signal(32)
@@ -373,7 +395,7 @@ class UpdateEngine(wiring.Component):
             m.d.comb += g_q.r_en.eq(1)
             m.d.sync += k.eq(0)
         with m.Elif(g_q.r_rdy):
-            can = ~blocked & credit & ctx_q.w_rdy
+            can = ~blocked & ~ens_wait & credit & ctx_q.w_rdy
             m.d.comb += [h_rd.valid.eq(can & ~fwd_now),
                          h_issue.eq(can & (fwd_now | h_rd.ready))]
             with m.If(blocked):
@@ -382,12 +404,17 @@ class UpdateEngine(wiring.Component):
                 m.d.comb += [ctx_q.w_en.eq(1), rt.alloc.eq(first & ~rt.hit),
                              rt.join.eq(first & rt.hit)]
                 with m.If(first):
+                    m.d.comb += enter.eq(1)
                     m.d.sync += [cur_ent.eq(ent_now), cur_fwd.eq(rt.hit)]
                 with m.If(h_last):
                     m.d.sync += k.eq(0)
                     m.d.comb += g_q.r_en.eq(1)
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
+
+        m.d.sync += ens_ahead.eq(ens_ahead + ens_answered - (enter & need_log))
+        m.d.comb += [rt.q2_row.eq(self.q_row),
+                     self.q_busy.eq(~stop & (rt.q2_hit | (ens_ahead != 0)))]
 
         # row responses always have room in the line buffer (credit)
         rresp = row_port.rd_resp
@@ -537,7 +564,7 @@ class UpdateEngine(wiring.Component):
                                  stop.eq(0), rows.eq(0), lines.eq(0), sat.eq(0),
                                  sat_flags.eq(0), stalls.eq(0), idx_started.eq(0),
                                  ga.eq(0), gf.eq(0), wb.eq(0), kg.eq(0), k.eq(0),
-                                 ens_cnt.eq(0), w1_v.eq(0)]
+                                 ens_cnt.eq(0), ens_ahead.eq(0), w1_v.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)

@@ -6,6 +6,8 @@ write-acknowledged). Ports (all combinational in, registered state):
 - ``q_row`` (in 32) -> ``hit`` (out): a valid entry holds ``q_row`` (a CAM over all entries;
   only a true match is a hit); ``hit_idx`` (out): that entry. ``full`` (out): no entry is
   free. ``free_idx`` (out): the lowest-numbered free entry (meaningless when ``full``).
+- ``q2_row`` (in 32) -> ``q2_hit`` (out): a second, independent lookup port (same CAM
+  semantics as ``q_row``/``hit``; used by the undo logger's ensure path).
 - ``alloc`` (in) with ``alloc_row``/``alloc_count``: entry ``free_idx`` becomes valid with that
   row and count (``alloc_count`` >= 1). Only when not ``full``; the caller also checks ``hit``
   first, so a row is held by at most one entry.
@@ -35,6 +37,7 @@ class RowTracker(wiring.Component):
         ib = max(1, (n - 1).bit_length())          # entry index width (at least 1 bit)
         super().__init__({
             "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
+            "q2_row": In(row_bits), "q2_hit": Out(1),
             "free_idx": Out(ib),
             "alloc": In(1), "join": In(1), "alloc_row": In(row_bits), "alloc_count": In(count_bits),
             "dec": In(1), "dec_idx": In(ib),
@@ -53,6 +56,8 @@ class RowTracker(wiring.Component):
         cnts = [Signal(self._cb, name=f"cnt{i}") for i in range(n)]
         match = Signal(n)
         m.d.comb += match.eq(Cat(valid[i] & (rows[i] == self.q_row) for i in range(n)))
+        m.d.comb += self.q2_hit.eq(Cat(valid[i] & (rows[i] == self.q2_row)
+                                       for i in range(n)).any())
         # one-hot lowest free entry: the lowest zero bit of ``valid``
         free_oh = Signal(n)
         m.d.comb += free_oh.eq(~valid & (valid + 1)[:n])

@@ -782,6 +782,104 @@ def test_descriptor_errors_leave_state_intact(seed):
     assert snap1 == r2.dev.snapshot_tables()
 
 
+def test_width_checks_before_engine_checks(seed):
+    """Section 2: DIM >= 2^16 (BAD_DIM), then table base, offsets, indices, data >= 2^addr_bits
+    (ADDR_RANGE, value = that address) before the engine's lookup.md / section 4 checks. The
+    cases are those of cosim/device_tests.py device_width_checks; expectations are read off the
+    contract text, not the model."""
+    rig = Rig(seed, shapes=((32, 16),))
+    dev = rig.dev
+    ab = CFG.addr_bits
+    t0 = dev.tables[0][0]
+    for tid, base, rows, dim in [(3, t0, 8, 48), (4, t0, 8, 1 << 16), (5, t0 + 4, 8, 16),
+                                 (6, 1 << ab, 4, 16), (7, t0, 8, 0xFFFF)]:
+        dev.set_table(tid, base, rows, dim)
+    o, i = rig.stage_bags([0, 1, 2], [1, 2])
+    out = rig.sa.alloc(2 * 16 * 4)
+    g, _ = rig.stage_grads(2, 16)
+    wide = (1 << ab) + CFG.staging_base        # in staging modulo 2^addr_bits, but too wide
+    lk = dict(n_bags=2, offsets_addr=o, indices_addr=i, out_addr=out, log=True)
+    up = dict(n_bags=2, offsets_addr=o, indices_addr=i, grads_addr=g)
+    cases = [
+        # (name, op, args, status, value)
+        ("dim 48 + offsets >= 2^ab", "L", dict(lk, table=3, offsets_addr=wide),
+         E.ADDR_RANGE, wide),
+        ("dim 48 + offsets = 2^41", "L", dict(lk, table=3, offsets_addr=1 << 41),
+         E.ADDR_RANGE, 0x20000000000),
+        ("out unaligned + indices >= 2^ab", "L", dict(lk, table=0, indices_addr=wide,
+                                                        out_addr=out + 32), E.ADDR_RANGE, wide),
+        ("out in the table region + indices >= 2^ab", "L",
+         dict(lk, table=0, indices_addr=wide, out_addr=t0), E.ADDR_RANGE, wide),
+        ("UPDATE grads unaligned + offsets >= 2^ab", "U",
+         dict(up, table=0, offsets_addr=wide, grads_addr=g + 16), E.ADDR_RANGE, wide),
+        ("UPDATE dim 48 + grads >= 2^ab", "U", dict(up, table=3, grads_addr=wide),
+         E.ADDR_RANGE, wide),
+        ("table base >= 2^ab + offsets unaligned", "L", dict(lk, table=6, offsets_addr=o + 2),
+         E.ADDR_RANGE, 1 << ab),
+        ("table base >= 2^ab before offsets >= 2^ab", "U", dict(up, table=6, offsets_addr=wide),
+         E.ADDR_RANGE, 1 << ab),
+        ("table base unaligned + out >= 2^ab", "L", dict(lk, table=5, out_addr=wide),
+         E.ADDR_RANGE, wide),
+        ("dim 2^16 + offsets >= 2^ab", "L", dict(lk, table=4, offsets_addr=wide),
+         E.BAD_DIM, 1 << 16),
+        ("dim 2^16 + table base >= 2^ab (UPDATE)", "U", dict(up, table=4), E.BAD_DIM, 1 << 16),
+        ("indices >= 2^ab before data >= 2^ab", "L",
+         dict(lk, table=0, indices_addr=wide, out_addr=wide + 64), E.ADDR_RANGE, wide),
+        ("offsets >= 2^ab before indices, data (UPDATE)", "U",
+         dict(up, table=0, offsets_addr=wide + 8, indices_addr=wide + 4, grads_addr=wide),
+         E.ADDR_RANGE, wide + 8),
+        ("LOOKUP without LOG is width-checked too", "L",
+         dict(lk, table=0, log=False, batch=999, out_addr=2**64 - 64), E.ADDR_RANGE, 2**64 - 64),
+        # boundaries: just below the limits the engine's own checks decide
+        ("dim 0xFFFF passes the DIM width: offsets >= 2^ab", "L",
+         dict(lk, table=7, offsets_addr=wide), E.ADDR_RANGE, wide),
+        ("dim 0xFFFF, addresses fine: engine BAD_DIM", "L", dict(lk, table=7), E.BAD_DIM,
+         0xFFFF),
+        ("dim 48 + offsets = 2^ab - 4: engine BAD_DIM", "L",
+         dict(lk, table=3, offsets_addr=(1 << ab) - 4), E.BAD_DIM, 48),
+        ("dim 48 + data = 2^ab - 64: engine BAD_DIM", "U",
+         dict(up, table=3, grads_addr=(1 << ab) - 64), E.BAD_DIM, 48),
+        ("out = 2^ab - 32: engine ALIGN", "L", dict(lk, table=0, out_addr=(1 << ab) - 32),
+         E.ALIGN, (1 << ab) - 32),
+    ]
+    mem0, n0 = rig.mem.copy(), dev.err_count
+    for k, (name, op, args, code, value) in enumerate(cases):
+        c = dev.lookup(**args) if op == "L" else dev.update(**args)
+        msg = f"seed {seed}, case {k} ({name}): {c}"
+        assert (c["status"], c["err_value"]) == (code, value), msg
+        assert (c["rows"], c["sat"], c["lines"], c["log_records"], c["err_bag"]) == (0,) * 5, msg
+        assert (dev.err_code, dev.err_value, dev.err_count) == (code, value, n0 + k + 1), msg
+        assert rig.mem == mem0, msg + "\n" + rig.mem.diff(mem0)
+        assert dev.next_slot == 0 and dev.committed == 0, msg
+    # order against the earlier checks: kind, table id, batch come first
+    mk = TrainingDevice.make_desc
+    for desc, code, value in [
+            (mk(kind=7, table=4, batch=1, offsets_addr=wide), E.UNKNOWN_KIND, 7),
+            (mk(kind=DescKind.LOOKUP, table=8, batch=1, offsets_addr=wide), E.BAD_TABLE, 8),
+            (mk(kind=DescKind.UPDATE, table=4, batch=5, offsets_addr=wide), E.WRONG_BATCH, 5),
+            (mk(kind=DescKind.LOOKUP, flags=FLAG_LOG, table=6, batch=0), E.WRONG_BATCH, 0)]:
+        c = TrainingDevice.parse_cpl(dev.execute(desc))
+        assert (c["status"], c["err_value"]) == (code, value), f"seed {seed}: {c}"
+    # COMMIT ignores the address fields
+    c = TrainingDevice.parse_cpl(dev.execute(mk(kind=DescKind.COMMIT, batch=1, table=6,
+                                                offsets_addr=wide, data_addr=wide)))
+    assert (c["status"], c["batch"]) == (E.OK, 1), f"seed {seed}: {c}"
+    # the good LOOKUP+LOG of the cosim list still works (batch 2 now open)
+    c = dev.lookup(**dict(lk, table=0))
+    assert (c["status"], c["rows"], c["log_records"]) == (E.OK, 2, 2), f"seed {seed}: {c}"
+
+
+def test_width_checks_follow_addr_bits(seed):
+    """The width limit is 2^cfg.addr_bits: with addr_bits = 44 an offsets address of 2^41
+    passes the width check and the engine reports BAD_DIM (dim 48) first."""
+    for ab, code, value in [(40, E.ADDR_RANGE, 1 << 41), (44, E.BAD_DIM, 48)]:
+        rig = Rig(seed, cfg=CFG.with_(addr_bits=ab), shapes=((8, 16),))
+        rig.dev.set_table(3, rig.dev.tables[0][0], 8, 48)
+        dl = rig.stage_lookup(0, [0, 1], [1])
+        c = rig.dev.lookup(**{**dl, "table": 3, "offsets_addr": 1 << 41})
+        assert (c["status"], c["err_value"]) == (code, value), f"seed {seed}, ab {ab}: {c}"
+
+
 def test_log_full(seed):
     cfg = CFG.with_(log_size=LOG_SLOT_BYTES * 3 + 128)
     assert cfg.log_slots == 3

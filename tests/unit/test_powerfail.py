@@ -42,7 +42,6 @@ def test_word_chunks_split_at_8_byte_words():
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_applied_unacked_words_all_or_nothing(seed):
-    rng = random.Random(seed)
     mem = _base_mem()
     acked = mem.copy()
     pws = []
@@ -59,7 +58,6 @@ def test_applied_unacked_words_all_or_nothing(seed):
     assert img.read(512, 512) == acked.read(512, 512), seed
     survived = sum(img.read(w, 8) != acked.read(w, 8) for w in range(0, 512, 8))
     assert survived == st["words_survived"], seed
-    del rng
 
 
 def test_survival_rate_is_about_half():
@@ -271,3 +269,24 @@ def test_golden_model_recovers_every_single_inflight_write_crash():
         cur.write(a, d)
         commits += what == "commit"
     assert commits == 3 and checked > 100
+
+
+def test_campaign_points_and_report_counts():
+    """Crash-point specs are seeded and in range; the report counts what the results say."""
+    from cosim.crash import summarize
+    from cosim.crash_tests import crash_points
+    a = crash_points("random:50", 7, 1000)
+    assert a == crash_points("random:50", 7, 1000) and a != crash_points("random:50", 8, 1000)
+    assert len(a) == 50 and all(0 <= c <= 1000 for c in a)
+    assert crash_points("range:5:9", 1, 10) == [5, 6, 7, 8]
+    assert crash_points("3, 1,4", 1, 10) == [3, 1, 4]
+    recs = [{"event": "reference", "cycles": 900, "batches": 4},
+            {"event": "point", "i": 0, "cycle": 5, "seed": 1, "ok": True, "recovered": True,
+             "identical": True, "committed": 0, "words_survived": 2, "words_lost": 1,
+             "writes_in_flight": 1, "wall_s": 1.0},
+            {"event": "point", "i": 1, "cycle": 9, "seed": 1, "ok": False, "recovered": True,
+             "identical": False, "committed": 2, "error": "x", "wall_s": 3.0}]
+    rep = summarize(recs, requested=2)
+    assert (rep["tried"], rep["recovered"], rep["identical"], rep["failed"]) == (2, 2, 1, 1)
+    assert rep["committed_histogram"] == {"0": 1, "2": 1}
+    assert rep["failures"][0]["cycle"] == 9 and rep["point_wall_s_mean"] == 2.0

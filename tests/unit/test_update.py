@@ -6,8 +6,8 @@ a read that passes an unacknowledged write of its row sees stale data) and a beh
 logger on ``ensure``/``ensure_done`` (answers in order after a random delay, errors on demand).
 Every command is compared with an independent reference written here (Python ints).
 Checked on every command: completion fields, final memory, the ensure stream (one per row item
-in item order, unless ``nolog``), no write of an item's line before its ``ensure_done``, write
-order and addresses, no row read while a write to that row is unacknowledged, nothing in flight
+in item order, unless ``nolog``), no read or write of an item's line before its ``ensure_done``,
+write order and addresses, no row read while a write to that row is unacknowledged, nothing in flight
 at the completion, stream rules on the request channels.
 """
 import pytest
@@ -130,7 +130,7 @@ class Bench:
     """The engine with a behavioural memory and undo logger; ``run`` executes one command."""
 
     def __init__(self, rng, cfg=CFG, *, lat=(2, 30), p_stall=0.2, ens_delay=(0, 20),
-                 p_ens_stall=0.2):
+                 p_ens_stall=0.2, query=False):
         self.rng, self.cfg = rng, cfg
         self.dut = UpdateEngine(cfg)
         self.lat, self.stall, self.ens_stall = lat, Stall(rng, p_stall), Stall(rng, p_ens_stall)
@@ -147,6 +147,11 @@ class Bench:
         self.row_reads = 0
         self.exp_items, self.n_lines, self.nolog = [], 1, 0
         self.ens_err_at, self.ens_code = None, 0
+        self.rd_item = 0               # row reads: items before this one already read
+        self.acked = 0                 # row line writes acknowledged this command
+        # query: the logger holds each answer until ``q_busy`` of the ensure's row is 0 and
+        # then checks that every earlier item of that row has all its writes acknowledged
+        self.query, self.query_waits = query, 0
 
     # memory image helpers
     def peek32(self, addr):
@@ -195,6 +200,7 @@ class Bench:
                 _, line, data, _ = wr_cur
                 self.mem[line] = words_of(data)
                 self.pending_wr[line] -= 1
+                self.acked += 1
                 wr_cur = None
             if qv and qr:
                 rid, op, line = qp.id, qp.op, qp.addr
@@ -204,6 +210,17 @@ class Bench:
                     assert self.pending_wr.get(line, 0) == 0, \
                         f"row line {line:#x} read while a write to it is unacknowledged"
                     self.row_reads += 1
+                    rel = line - self.table_line
+                    if not self.nolog and rel % self.n_lines == 0:
+                        # the first line of an item of this row at or after rd_item (a weaker
+                        # bound when a repeat in between was forwarded instead of read)
+                        row = rel // self.n_lines
+                        i = next((j for j in range(self.rd_item, len(self.exp_items))
+                                  if self.exp_items[j][1] == row), None)
+                        assert i is not None, f"row {row} read for no item"
+                        assert self.ens_done > i, \
+                            f"row {row} (item {i}) read before its ensure_done ({self.ens_done})"
+                        self.rd_item = i + 1
                 q = self.rd_q[rid]
                 due = max(self.t + self.rng.randint(*self.lat), q[-1][0] if q else 0)
                 data = line_of_words(self.mem.get(line, [0] * 16))
@@ -233,12 +250,27 @@ class Bench:
             ctx.set(d.ensure.ready, not self.ens_stall())
             if cur is None and self.ens_q and self.ens_q[0][0] <= self.t:
                 cur = self.ens_q.pop(0)
-            if cur is not None:
+            ans = cur is not None
+            if ans and self.query:
+                n = self.ens_done
+                row = self.ens_reqs[n]
+                ctx.set(d.q_row, row)
+                if ctx.get(d.q_busy):
+                    ans = False
+                    self.query_waits += 1
+                else:
+                    applied = n if self.ens_err_at is None else min(n, self.ens_err_at)
+                    last = max((j for j in range(applied) if self.exp_items[j][1] == row),
+                               default=-1)
+                    assert self.acked >= (last + 1) * self.n_lines, \
+                        f"q_busy 0 for row {row} (ensure {n}) with item {last}'s writes " \
+                        f"unacknowledged ({self.acked} acked)"
+            if ans:
                 ctx.set(d.ensure_done.payload, {"err_code": cur[1]})
-            ctx.set(d.ensure_done.valid, cur is not None)
+            ctx.set(d.ensure_done.valid, ans)
             *_, ev, er, ep, dr = await ctx.tick().sample(
                 d.ensure.valid, d.ensure.ready, d.ensure.payload, d.ensure_done.ready)
-            if cur is not None and dr:
+            if ans and dr:
                 cur = None
                 self.ens_done += 1
             if ev and er:
@@ -267,6 +299,7 @@ class Bench:
         self.table_id, self.nolog = cmd["table_id"], cmd["nolog"]
         self.ens_err_at, self.ens_code = ens_err_at, ens_code
         self.ens_reqs, self.ens_done, self.writes = [], 0, []
+        self.rd_item, self.acked = 0, 0
         await send(ctx, self.dut.cmd, cmd)
         out = []
         await sink(ctx, self.dut.cpl, out, n=1)
@@ -522,6 +555,37 @@ def test_update_ensure_protocol_and_log_full(seed):
     simulate(b.dut, [tb], b.background(), max_cycles=20000, name=f"update_ensure_{seed}")
 
 
+@pytest.mark.parametrize("seed", [55, 56])
+def test_update_query_port(seed):
+    """``q_row``/``q_busy`` (the undo logger's wait before re-logging a row): the behavioural
+    logger holds every answer until ``q_busy`` of the ensure's row is 0 and then requires that
+    every earlier item of that row has all its line writes acknowledged (so a record read now
+    would see them); it never deadlocks (rows drawn from a pool of 3: repeats in flight, also
+    back to back). With ``nolog`` and after a stop ``q_busy`` plays no part."""
+    rng = make_rng(seed)
+    b = Bench(rng, ens_delay=(0, 10), query=True)
+
+    async def tb(ctx):
+        for n in range(4):
+            dim = (16, 32, 64, 128)[n]
+            pool = [rng.randrange(50) for _ in range(3)]
+            bags = random_bags(rng, 5, pool, max_len=5)
+            bags[0] = [pool[0]] * 3 + [pool[1], pool[0]]
+            cmd = setup(b, rng, dim=dim, bags=bags, table_rows=50, lr=lr_value(rng) | 1)
+            cpl, ref, init = await b.run(ctx, cmd)
+            b.check(cpl, ref, init, f"query command {n} (seed {seed})")
+        # a stop: q_busy must not hold up the answers after it (LOG_FULL at item 2)
+        bags = [[7, 7, 7, 8, 7]]
+        cmd = setup(b, rng, dim=16, bags=bags, table_rows=50, lr=lr_value(rng) | 1)
+        cpl, ref, init = await b.run(ctx, cmd, 2, E.LOG_FULL)
+        got = b.check(cpl, ref, init, f"query stop (seed {seed})")
+        assert got["err_code"] == E.LOG_FULL and got["rows"] == 2, got
+
+    simulate(b.dut, [tb], b.background(), max_cycles=40000, name=f"update_query_{seed}")
+    print(f"seed {seed}: {b.query_waits} answer cycles held by q_busy")
+    assert b.query_waits > 0, f"seed {seed}: q_busy never held an answer (weak stimulus)"
+
+
 @pytest.mark.parametrize("where", ["row", "grad", "write", "indices"])
 def test_update_media_error_stops_writes(where):
     """A media error (row read, gradient read, write response, index read): MEDIA, no line
@@ -629,10 +693,12 @@ def test_row_tracker_matches_model():
     """RowTracker alone against a Python model: random queries, allocations (only when neither
     hit nor full, as the engine does), joins (only on a hit) and decrements of random valid
     entries, joins and decrements of one entry in one cycle too; ``hit``, ``hit_idx``, ``full``,
-    ``idle`` and ``free_idx`` (lowest free entry) checked every cycle; 5 entries (not a power of
+    ``idle``, ``free_idx`` (lowest free entry) and the second lookup port ``q2_hit`` checked
+    every cycle; 5 entries (not a power of
     two), so full and reuse happen often."""
     from hw.update.rows import RowTracker
     rng = make_rng(61)
+    rng2 = make_rng(62)
     n = 5
     dut = RowTracker(n, count_bits=8)
     joins = []
@@ -642,6 +708,10 @@ def test_row_tracker_matches_model():
         for cyc in range(3000):
             q = rng.randrange(12)
             ctx.set(dut.q_row, q)
+            q2 = rng2.randrange(12)         # own generator: rng's sequence unchanged
+            ctx.set(dut.q2_row, q2)
+            exp_hit2 = any(e is not None and e[0] == q2 for e in model)
+            assert ctx.get(dut.q2_hit) == exp_hit2, f"cycle {cyc}: q2_hit (seeds 61, 62)"
             ctx.set(dut.alloc_row, q)
             cnt = rng.choice([1, 2, 4, 8])
             ctx.set(dut.alloc_count, cnt)

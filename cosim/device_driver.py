@@ -1,0 +1,302 @@
+"""Host driver for the TrainingCXL device top under cocotb (the trainer uses it too).
+
+What goes where:
+
+* **CSRs** (control, status, ring registers, table directory, LR): AXI4-Lite through
+  ``cosim.csr.CsrMaster`` on the ``s_axil`` port, registers by name (hw/csr/regmap.json).
+* **Descriptors** are written into the command ring and **completion records** are read from
+  the completion ring through the DCOH, by the CXL.mem host model (``cosim.cxl_host``): one
+  uncached full-line ``MemWr`` per descriptor (all issued together, the doorbell is rung only
+  after every ``Cmp``), one ``MemRd`` with ``SnpCur`` per completion record. The host never
+  caches a ring line, so the device's own RdCur/writes of those lines need no snoop answers
+  beyond the DCOH's bookkeeping. ``via_host=False`` writes and reads them backdoor instead.
+* **Bulk staging data** (offsets, indices, gradients) is written backdoor into the PMEM model's
+  memory (:meth:`write_staging`), and LOOKUP outputs are read backdoor; the host never holds
+  those lines, so the backdoor is coherent. Table contents are checked backdoor too.
+
+A host (HostCore + its channel coroutine) lives for one power-on: after a crash or reset call
+:meth:`new_host` (the old host's outstanding transactions died with the device).
+
+Timeouts raise :class:`DriverError` naming the register state, never hang.
+"""
+from __future__ import annotations
+
+import logging
+import random
+
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
+
+from hw.encodings import CPL_BYTES, CPL_FIELDS, DESC_BYTES, DeviceError, unpack_fields
+
+__all__ = ["DeviceDriver", "DriverError"]
+
+LINE = 64
+
+
+class DriverError(AssertionError):
+    """The device did not do what the driver waited for (timeout, error status)."""
+
+
+def _make_csr(dut, clock, reset):
+    from cosim.csr import CsrMaster
+    return CsrMaster(dut, prefix="s_axil", clock=clock, reset=reset)
+
+
+class DeviceDriver:
+    """Driver of one device top (``dut``) whose media is the PMEM model ``pmem``.
+
+    ``poll``: cycles between CSR polls while waiting. ``via_host``: descriptors/completions
+    through the CXL.mem host (default) or backdoor. ``host_seed``: seed of the host model.
+    ``quiet``: the AXI4-Lite master logs warnings only (not one line per access).
+    ``use_irq``: wait for completions on the ``irq`` port (IRQ_ENABLE.CPL is set by
+    :meth:`configure`) instead of polling CPL_HEAD.
+    """
+
+    STATUS_BUSY, STATUS_ERROR, STATUS_READY, STATUS_RECOVERING = 1, 2, 4, 8
+    IRQ_CPL, IRQ_ERR, IRQ_RECOVERED = 1, 2, 4
+
+    def __init__(self, dut, pmem, cfg, *, clock=None, reset=None, csr=None, poll=16,
+                 via_host=True, host_seed=0, log=None, quiet=True, use_irq=True):
+        self.dut = dut
+        self.pmem = pmem
+        self.cfg = cfg
+        self.clock = clock if clock is not None else dut.clk
+        self.reset_sig = reset if reset is not None else dut.rst
+        self.csr = csr if csr is not None else _make_csr(dut, self.clock, self.reset_sig)
+        axil = getattr(self.csr, "axil", None)
+        if axil is not None and quiet:              # one INFO line per access otherwise
+            for part in (axil, getattr(axil, "write_if", None), getattr(axil, "read_if", None)):
+                if getattr(part, "log", None) is not None:
+                    part.log.setLevel(logging.WARNING)
+        self.poll = poll
+        self.use_irq = use_irq
+        self.via_host = via_host
+        self.host_seed = host_seed
+        self.log = log
+        self.host = None
+        self._channels = None
+        self.ring_base = self.cpl_base = None
+        self.ring_size = 0
+        self.tail = 0
+        self.cycles_waited = 0
+        # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
+        # recover, configure
+        self.phase_cycles: dict[str, int] = {}
+
+    def _phase(self, name: str, t0: int):
+        self.phase_cycles[name] = self.phase_cycles.get(name, 0) + self.pmem.cycle - t0
+
+    # ------------------------------------------------------------------ CSRs
+    async def read(self, name: str) -> int:
+        return int(await self.csr.read(name))
+
+    async def write(self, name: str, value: int):
+        await self.csr.write(name, int(value))
+
+    async def read64(self, name: str) -> int:
+        lo = await self.read(name + "_LO")
+        hi = await self.read(name + "_HI")
+        return hi << 32 | lo
+
+    async def write64(self, name: str, value: int):
+        await self.write(name + "_LO", value & 0xFFFFFFFF)
+        await self.write(name + "_HI", value >> 32)
+
+    async def error_state(self) -> dict:
+        """STATUS and the last error (for messages)."""
+        st = await self.read("STATUS")
+        code = await self.read("ERR_CODE")
+        try:
+            code = DeviceError(code).name
+        except ValueError:
+            pass
+        return {"status": st, "err_code": code, "err_value": await self.read64("ERR_VALUE"),
+                "err_count": await self.read("ERR_COUNT")}
+
+    # ------------------------------------------------------------------ power and host
+    def drive_idle(self):
+        """Host channels idle (driven, no X) and ready, before a host model exists."""
+        for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
+            getattr(self.dut, f"{ch}__valid").value = 0
+            getattr(self.dut, f"{ch}__payload").value = 0
+        for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
+            getattr(self.dut, f"{ch}__ready").value = 1
+
+    async def power_cycle(self, *, in_reset=None, cycles: int = 4):
+        """Assert reset for ``cycles``, run ``in_reset()`` (e.g. load a memory image) while it is
+        asserted, release it, wait for the DCOH's init sweep (``ready`` port) and start a fresh
+        host. The ring state the driver kept is forgotten."""
+        self.stop_host()
+        self.drive_idle()
+        self.reset_sig.value = 1
+        await ClockCycles(self.clock, cycles)
+        if in_reset is not None:
+            in_reset()
+        self.reset_sig.value = 0
+        await ClockCycles(self.clock, 2)
+        ready = getattr(self.dut, "ready", None)
+        if ready is not None:
+            for _ in range(100_000):
+                if ready.value:
+                    break
+                await RisingEdge(self.clock)
+            else:
+                raise DriverError("DCOH not ready 100000 cycles after reset")
+        self.ring_base = self.cpl_base = None
+        self.ring_size = self.tail = 0
+        if self.via_host:
+            self.new_host()
+
+    def new_host(self):
+        """A fresh CXL.mem host (calm timing, strict checks against sw_model.coherence)."""
+        from cosim.cxl_host import ChannelSet, CxlHost, HostCore, HostKnobs, Reference
+        self.stop_host()
+        self.host_seed = random.Random(self.host_seed).getrandbits(32)
+        core = HostCore(self.cfg, seed=self.host_seed, knobs=HostKnobs.calm(),
+                        reference=Reference(self.cfg), strict=True)
+        self._channels = ChannelSet(self.dut, self.clock, self.reset_sig)
+        self.host = CxlHost(self.dut, core, clock=self.clock, channels=self._channels)
+        self._channels.start()
+
+    def stop_host(self):
+        if self._channels is not None:
+            self._channels.stop()
+        self._channels = None
+        self.host = None
+
+    # ------------------------------------------------------------------ recovery, config
+    async def recover(self, timeout: int = 200_000) -> int:
+        """CONTROL.RECOVER, then poll STATUS until READY (and not RECOVERING). Returns the
+        committed batch (COMMITTED_HI:LO). Raises :class:`DriverError` on timeout or when the
+        recovery recorded an error."""
+        t0 = self.pmem.cycle
+        await self.write("CONTROL", 1)
+        waited = 0
+        while True:
+            st = await self.read("STATUS")
+            if st & self.STATUS_READY and not st & self.STATUS_RECOVERING:
+                break
+            if waited >= timeout:
+                raise DriverError(f"recovery not complete after {waited} cycles: "
+                                  f"{await self.error_state()}")
+            await ClockCycles(self.clock, self.poll)
+            waited += self.poll
+        self.cycles_waited += waited
+        self._phase("recover", t0)
+        if st & self.STATUS_ERROR:
+            raise DriverError(f"recovery ended with STATUS.ERROR: {await self.error_state()}")
+        return await self.read64("COMMITTED")
+
+    async def recovered_records(self) -> int:
+        return await self.read("RECOVERED_RECORDS")
+
+    async def configure(self, tables, lr: int, ring_base: int, ring_size: int, cpl_base: int):
+        """Program the table directory (``tables``: objects with ``tid, base, rows, dim`` or
+        tuples in that order), LR and the rings (head = tail = 0)."""
+        t0 = self.pmem.cycle
+        for t in tables:
+            tid, base, rows, dim = ((t.tid, t.base, t.rows, t.dim) if hasattr(t, "tid")
+                                    else tuple(t))
+            await self.write64(f"TABLE{tid}_BASE", base)
+            await self.write(f"TABLE{tid}_ROWS", rows)
+            await self.write(f"TABLE{tid}_DIM", dim)
+        await self.write("LR", lr)
+        await self.write64("CMD_BASE", ring_base)
+        await self.write("CMD_SIZE", ring_size)
+        await self.write64("CPL_BASE", cpl_base)
+        if self.use_irq and getattr(self.dut, "irq", None) is not None:
+            await self.write("IRQ_ENABLE", self.IRQ_CPL)
+        self.ring_base, self.ring_size, self.cpl_base = ring_base, ring_size, cpl_base
+        self.tail = 0
+        self._phase("configure", t0)
+
+    # ------------------------------------------------------------------ data
+    def write_staging(self, chunks):
+        """Backdoor: ``[(addr, bytes)]`` into the PMEM model's memory (bulk data only)."""
+        for a, d in chunks:
+            self.pmem.mem.write(a, d)
+
+    async def write_lines(self, items):
+        """``[(addr, 64 bytes)]`` through the host (MemWr, all issued, then all Cmps) or
+        backdoor (``via_host=False``)."""
+        if not self.via_host:
+            self.write_staging(items)
+            return
+        txns = [await self.host.write(a // LINE, bytes(d), wait=False) for a, d in items]
+        for t in txns:
+            await self.host.wait_txn(t)
+
+    async def read_lines(self, addrs) -> list:
+        """The 64-byte lines at ``addrs`` through the host (MemRd SnpCur, all issued, then
+        all data) or backdoor (``via_host=False``)."""
+        if not self.via_host:
+            return [self.pmem.mem.read(a, LINE) for a in addrs]
+        txns = [await self.host.read(a // LINE, "cur", wait=False) for a in addrs]
+        out = []
+        for t in txns:
+            await self.host.wait_txn(t)
+            out.append(bytes(t.drs_data))
+        return out
+
+    # older names (benches written against the first version)
+    _write_lines = write_lines
+    _read_lines = read_lines
+
+    # ------------------------------------------------------------------ submission
+    async def submit(self, descs, timeout: int = 500_000) -> list:
+        """Write ``descs`` (64-byte descriptors) into the ring after the current tail, ring the
+        doorbell (CMD_TAIL), wait until CPL_HEAD reaches it, read and decode the completion
+        records (``CPL_FIELDS`` dicts, ``status`` as int). At most ``ring_size - 1`` at once."""
+        n = len(descs)
+        size = self.ring_size
+        if self.ring_base is None:
+            raise DriverError("submit before configure()")
+        if n == 0:
+            return []
+        if n > size - 1:
+            raise ValueError(f"{n} descriptors do not fit a ring of {size}")
+        slots = [(self.tail + i) % size for i in range(n)]
+        for d in descs:
+            if len(d) != DESC_BYTES:
+                raise ValueError(f"descriptor of {len(d)} bytes")
+        t0 = self.pmem.cycle
+        await self.write_lines([(self.ring_base + DESC_BYTES * s, d)
+                                 for s, d in zip(slots, descs)])
+        self._phase("write_descs", t0)
+        t0 = self.pmem.cycle
+        new_tail = (self.tail + n) % size
+        await self.write("CMD_TAIL", new_tail)
+        if await self.read("CMD_TAIL") != new_tail:
+            raise DriverError(f"doorbell {new_tail} refused: {await self.error_state()}")
+        self.tail = new_tail
+        await self.wait_head(new_tail, timeout)
+        self._phase("execute", t0)
+        t0 = self.pmem.cycle
+        recs = await self.read_lines([self.cpl_base + CPL_BYTES * s for s in slots])
+        self._phase("read_cpls", t0)
+        return [unpack_fields(CPL_FIELDS, r) for r in recs]
+
+    async def wait_head(self, target: int, timeout: int = 500_000):
+        """Wait until CPL_HEAD == ``target``. With an ``irq`` port and ``use_irq``: sleep on the
+        interrupt (IRQ_ENABLE.CPL, IRQ_STATUS.CPL cleared before each check, so no completion
+        is missed), else poll every ``poll`` cycles."""
+        from cocotb.triggers import First
+        irq = getattr(self.dut, "irq", None) if self.use_irq else None
+        t0 = self.pmem.cycle
+        while True:
+            if irq is not None:
+                await self.write("IRQ_STATUS", self.IRQ_CPL)      # write 1 to clear
+            if await self.read("CPL_HEAD") == target:
+                break
+            waited = self.pmem.cycle - t0
+            if waited >= timeout:
+                raise DriverError(f"CPL_HEAD did not reach {target} in {waited} cycles "
+                                  f"(CMD_HEAD {await self.read('CMD_HEAD')}): "
+                                  f"{await self.error_state()}")
+            if irq is not None:
+                if not irq.value:
+                    # a Timer, not ClockCycles: ClockCycles wakes Python on every edge
+                    await First(RisingEdge(irq), Timer(4096 * self.pmem.period, "step"))
+            else:
+                await ClockCycles(self.clock, self.poll)
+        self.cycles_waited += self.pmem.cycle - t0

@@ -1,0 +1,223 @@
+"""Seeded multi-batch training workload and its expected results from the golden model.
+
+A :class:`TrainingWorkload` is pure data (no cocotb): the tables (directory entries and initial
+contents), the LR, the command/completion ring placement, and per batch the staging data
+(offsets, indices, gradients), the descriptors (per table LOOKUP+LOG, then per table UPDATE,
+then COMMIT) and what ``sw_model.training.TrainingDevice`` says about them: every completion
+record and the bytes of every table after the batch's COMMIT.
+
+Layout (all in the configuration's regions): tables back to back from ``table_base``; in
+staging: the command ring (``ring_size`` descriptors) at ``staging_base``, the completion ring
+right after it, then one private area per batch (offsets, indices, gradients, LOOKUP outputs),
+so the staging data of every batch can be written up front and re-written for a replay.
+
+Indices are Zipf-skewed (``sw_model.workload.zipf_indices``, alpha ~1, rows shuffled), bags of
+uniform length 0..2*pooling (empty bags occur). Gradients are int32 normals; table 2 (when
+present) updates with the descriptor's lr (flag ``DESC_LR``), the others with the LR CSR.
+Each UPDATE uses its table's LOOKUP bags (rows already logged by the LOOKUP), except table 1's,
+which has bags of its own so the UPDATE's synchronous logging path runs too.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hw.config import DeviceConfig
+from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, DescKind,
+                          DeviceError, unpack_fields)
+from sw_model.memory import MemoryImage
+from sw_model.training import TrainingDevice
+from sw_model.workload import RegionAllocator, make_bags, make_table
+
+__all__ = ["TableSpec", "Batch", "TrainingWorkload", "make_workload", "CPL_COMPARE_SKIP"]
+
+# completion fields a comparison skips: cycles (RTL only), seq (counts since the ring was
+# configured, so it differs after a restart)
+CPL_COMPARE_SKIP = ("cycles", "seq")
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    tid: int
+    base: int
+    rows: int
+    dim: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows * self.dim * 4
+
+
+@dataclass
+class Batch:
+    """One training batch (1-based ``batch`` id = the committed id after its COMMIT)."""
+    batch: int
+    staging: list            # [(addr, bytes)]: offsets, indices, gradients (host-written data)
+    descs: list              # [bytes] 64-byte descriptors in submission order
+    expect: list             # [dict] model completions (CPL_FIELDS; cycles 0)
+    tables_after: dict       # {tid: bytes} after the COMMIT
+    out_areas: list = field(default_factory=list)   # [(addr, nbytes)] LOOKUP outputs
+
+
+@dataclass
+class TrainingWorkload:
+    cfg: DeviceConfig
+    seed: int
+    tables: list             # [TableSpec]
+    lr: int                  # LR CSR value
+    ring_base: int
+    ring_size: int
+    cpl_base: int
+    initial: MemoryImage     # tables only (superblock unformatted, log and staging empty)
+    tables0: dict            # {tid: bytes} initial contents
+    batches: list            # [Batch]
+    final_image: MemoryImage  # model memory after the whole run (no completions written)
+    model_recover_records: int = 0
+
+    @property
+    def n_batches(self) -> int:
+        return len(self.batches)
+
+    @property
+    def final_tables(self) -> dict:
+        return self.batches[-1].tables_after if self.batches else self.tables0
+
+    def tables_after(self, c: int) -> dict:
+        """Expected table bytes with ``c`` batches committed."""
+        if not 0 <= c <= len(self.batches):
+            raise ValueError(f"committed batch {c} outside 0..{len(self.batches)}")
+        return self.tables0 if c == 0 else self.batches[c - 1].tables_after
+
+    def read_tables(self, mem) -> dict:
+        return {t.tid: mem.read(t.base, t.nbytes) for t in self.tables}
+
+    def table_diffs(self, mem, want: dict, limit: int = 4) -> list:
+        """``[(tid, row, element, want, got)]`` of the first differing elements."""
+        out = []
+        for t in self.tables:
+            got = mem.read(t.base, t.nbytes)
+            if got == want[t.tid]:
+                continue
+            g = np.frombuffer(got, "<i4").reshape(t.rows, t.dim)
+            w = np.frombuffer(want[t.tid], "<i4").reshape(t.rows, t.dim)
+            for r, e in zip(*np.nonzero(g != w)):
+                out.append((t.tid, int(r), int(e), int(w[r, e]), int(g[r, e])))
+                if len(out) >= limit:
+                    return out
+        return out
+
+    def regions_excluding_staging(self):
+        c = self.cfg
+        return [(getattr(c, r + "_base"), getattr(c, r + "_size"))
+                for r in ("table", "log", "superblock", "slots")]
+
+    def model(self, mem: MemoryImage) -> TrainingDevice:
+        """A golden model over ``mem`` with this workload's directory and LR programmed."""
+        dev = TrainingDevice(self.cfg, mem)
+        for t in self.tables:
+            dev.set_table(t.tid, t.base, t.rows, t.dim)
+        dev.lr = self.lr
+        return dev
+
+    @staticmethod
+    def cpl_mismatches(want: dict, got: dict) -> dict:
+        return {k: (want[k], got.get(k)) for k in want
+                if k not in CPL_COMPARE_SKIP and int(want[k]) != int(got.get(k, -1))}
+
+
+def _lr_fixed(x: float, frac_bits: int) -> int:
+    return int(round(x * (1 << frac_bits)))
+
+
+def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300, 200, 160),
+                  n_batches: int = 4, n_bags: int = 4, pooling: int = 3, alpha: float = 1.05,
+                  lr: float = 0.05, ring_size: int = 16) -> TrainingWorkload:
+    """Build the workload and run it on the golden model (fresh device: format, then batches)."""
+    if len(dims) != len(rows):
+        raise ValueError("dims and rows must have the same length")
+    per_batch = 2 * len(dims) + 1
+    if per_batch > ring_size - 1:
+        raise ValueError(f"{per_batch} descriptors per batch do not fit a ring of {ring_size}")
+    rng = np.random.default_rng(seed)
+    mem = MemoryImage(1 << cfg.addr_bits)
+    talloc = RegionAllocator(cfg.table_base, cfg.table_size)
+    specs = []
+    for tid, (r, d) in enumerate(zip(rows, dims)):
+        base = talloc.alloc(r * d * 4)
+        specs.append(TableSpec(tid, base, r, d))
+        mem.write_i32(base, make_table(rng, r, d, cfg.frac_bits, 1.0).ravel())
+    initial = mem.copy()
+    salloc = RegionAllocator(cfg.staging_base, cfg.staging_size)
+    ring_base = salloc.alloc(ring_size * DESC_BYTES)
+    cpl_base = salloc.alloc(ring_size * CPL_BYTES)
+    lr_csr = _lr_fixed(lr, cfg.frac_bits)
+    lr_desc = _lr_fixed(lr * 0.5, cfg.frac_bits)
+
+    dev = TrainingDevice(cfg, mem)
+    for t in specs:
+        dev.set_table(t.tid, t.base, t.rows, t.dim)
+    dev.lr = lr_csr
+    rec = dev.recover()
+    tables0 = {t.tid: initial.read(t.base, t.nbytes) for t in specs}
+    batches = []
+    tag = 1
+    for b in range(1, n_batches + 1):
+        staging, descs, outs = [], [], []
+        per_table = []
+        for t in specs:
+            offsets, indices = make_bags(rng, n_bags, pooling, t.rows, mode="uniform",
+                                         alpha=alpha)
+            # shuffle rank -> row so the hot rows are spread over the table
+            perm = rng.permutation(t.rows).astype(np.uint32)
+            indices = perm[indices]
+            oaddr = salloc.alloc(4 * len(offsets))
+            iaddr = salloc.alloc(max(4 * len(indices), 4))
+            gaddr = salloc.alloc(n_bags * t.dim * 4)
+            out = salloc.alloc(n_bags * t.dim * 4)
+            grads = (rng.standard_normal((n_bags, t.dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+            staging += [(oaddr, offsets.astype("<u4").tobytes()),
+                        (iaddr, indices.astype("<u4").tobytes()),
+                        (gaddr, grads.astype("<i4").tobytes())]
+            outs.append((out, n_bags * t.dim * 4))
+            uo, ui = oaddr, iaddr
+            if t.tid == 1:
+                # this table's UPDATE has bags of its own: rows the LOOKUP did not log are
+                # logged by the UPDATE itself (synchronous path)
+                offsets, indices = make_bags(rng, n_bags, pooling, t.rows, mode="uniform",
+                                             alpha=alpha)
+                uo = salloc.alloc(4 * len(offsets))
+                ui = salloc.alloc(max(4 * len(indices), 4))
+                staging += [(uo, offsets.astype("<u4").tobytes()),
+                            (ui, perm[indices].astype("<u4").tobytes())]
+            per_table.append((t, oaddr, iaddr, gaddr, out, uo, ui))
+        for t, oaddr, iaddr, _g, out, _uo, _ui in per_table:
+            descs.append(TrainingDevice.make_desc(
+                kind=DescKind.LOOKUP, flags=FLAG_LOG, table=t.tid, tag=tag, batch=b,
+                n_bags=n_bags, offsets_addr=oaddr, indices_addr=iaddr, out_addr=out))
+            tag += 1
+        for t, _o, _i, gaddr, _out, oaddr, iaddr in per_table:
+            use_desc_lr = t.tid == 2
+            descs.append(TrainingDevice.make_desc(
+                kind=DescKind.UPDATE, flags=FLAG_DESC_LR if use_desc_lr else 0, table=t.tid,
+                tag=tag, batch=b, n_bags=n_bags, lr=lr_desc if use_desc_lr else 0,
+                offsets_addr=oaddr, indices_addr=iaddr, grads_addr=gaddr))
+            tag += 1
+        descs.append(TrainingDevice.make_desc(kind=DescKind.COMMIT, tag=tag, batch=b))
+        tag += 1
+        for a, data in staging:
+            mem.write(a, data)
+        expect = []
+        for d in descs:
+            c = unpack_fields(CPL_FIELDS, dev.execute(d))
+            if c["status"] != DeviceError.OK:
+                raise RuntimeError(f"workload seed {seed}: model completion {c} is an error; "
+                                   "the crash campaign needs an error-free workload")
+            expect.append(c)
+        batches.append(Batch(b, staging, descs, expect,
+                             {t.tid: mem.read(t.base, t.nbytes) for t in specs}, outs))
+    return TrainingWorkload(cfg=cfg, seed=seed, tables=specs, lr=lr_csr, ring_base=ring_base,
+                            ring_size=ring_size, cpl_base=cpl_base, initial=initial,
+                            tables0=tables0, batches=batches, final_image=mem,
+                            model_recover_records=rec)
+

@@ -6,7 +6,7 @@ build/bench/.
 import argparse
 import sys
 
-from bench import dcoh, gather_reduce
+from bench import dcoh, gather_reduce, training
 
 
 def main(argv=None):
@@ -15,7 +15,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     extra = ["--quick"] if args.quick else []
     rc = gather_reduce.main(extra)
-    return rc or dcoh.main(extra)
+    rc = rc or dcoh.main(extra)
+    return rc or training.main(extra)
 
 
 if __name__ == "__main__":

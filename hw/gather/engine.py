@@ -26,6 +26,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import DeviceConfig
 from ..encodings import LookupError_
 from ..port_mux import RequestPortMux
+from ..cmd_checks import command_checks
 from ..reqport import DeviceRequestSignature
 from ..undolog.layouts import log_line_layout, log_row_layout
 from ..word_reader import WordReader
@@ -76,8 +77,7 @@ class GatherReduce(wiring.Component):
         m = Module()
         cfg = self._cfg
         ab = cfg.addr_bits
-        t_base, t_end = cfg.table_base, cfg.table_base + cfg.table_size
-        s_base, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        s_end = cfg.staging_base + cfg.staging_size
         reader_depth = max(4, cfg.max_reads // 8)
         clear = Signal()    # resets the per-command control blocks when a command is accepted
 
@@ -176,40 +176,8 @@ class GatherReduce(wiring.Component):
         ]
 
         # ---- command-level checks (docs/lookup.md 1-3), evaluated in CHECK -----------------
-        chk_err = Signal(4)
-        chk_val = Signal(64)
-        dim_ok = Signal()
-        dl = Signal(2)
-        with m.Switch(c.dim):
-            for i, d in enumerate((16, 32, 64, 128)):
-                with m.Case(d):
-                    m.d.comb += [dim_ok.eq(1), dl.eq(i)]
-
-        def below(x, base):    # x < base, without a constant-false compare (Verilator lint)
-            return (x < base) if base else 0
-        row_shift = dl + 6
-        table_end = c.table_base + (c.table_rows << row_shift)
-        off_end = c.offsets_addr + ((c.n_bags + 1) << 2)    # also the offsets reader's limit
-        m.d.comb += off_rd.limit.eq(off_end)
-        out_end = c.out_addr + (c.n_bags << row_shift)
-        checks = [
-            (~dim_ok, LookupError_.BAD_DIM, c.dim),
-            (c.table_base[:6] != 0, LookupError_.ALIGN, c.table_base),
-            (c.out_addr[:6] != 0, LookupError_.ALIGN, c.out_addr),
-            (c.offsets_addr[:2] != 0, LookupError_.ALIGN, c.offsets_addr),
-            (c.indices_addr[:2] != 0, LookupError_.ALIGN, c.indices_addr),
-            (below(c.table_base, t_base) | (table_end > t_end), LookupError_.ADDR_RANGE,
-             c.table_base),
-            (below(c.offsets_addr, s_base) | (off_end > s_end), LookupError_.ADDR_RANGE,
-             c.offsets_addr),
-            (below(c.out_addr, s_base) | (out_end > s_end), LookupError_.ADDR_RANGE, c.out_addr),
-            (below(c.indices_addr, s_base) | (c.indices_addr > s_end), LookupError_.ADDR_RANGE,
-             c.indices_addr),
-        ]
-        for i, (cond, code, value) in enumerate(checks):
-            stmt = m.If if i == 0 else m.Elif
-            with stmt(cond):
-                m.d.comb += [chk_err.eq(code), chk_val.eq(value)]
+        chk_err, chk_val, dl, off_end = command_checks(m, cfg, c, c.out_addr, err_width=4)
+        m.d.comb += off_rd.limit.eq(off_end)    # the offsets reader's limit
 
         # ---- control -----------------------------------------------------------------------
         err_code = Signal(4)

@@ -93,6 +93,7 @@ from ..gather.layouts import bag_layout
 from ..gather.sequencer import BagSequencer
 from ..gather.walker import OffsetsWalker
 from ..port_mux import RequestPortMux
+from ..cmd_checks import command_checks
 from ..reqport import DeviceRequestSignature, RD_CUR, RD_OWN, rd_req_layout
 from ..word_reader import WordReader
 from .layouts import (DELTA_BITS, ensure_done_layout, ensure_layout, line_ctx_layout,
@@ -137,8 +138,7 @@ class UpdateEngine(wiring.Component):
         ab = cfg.addr_bits
         la = ab - 6
         f = cfg.frac_bits
-        t_base, t_end = cfg.table_base, cfg.table_base + cfg.table_size
-        s_base, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        s_end = cfg.staging_base + cfg.staging_size
         reader_depth = max(4, cfg.max_reads // 8)
         resp_depth = cfg.max_reads            # row lines read and not yet taken by W0
         n_delta = self.delta_lines            # power of two
@@ -215,40 +215,9 @@ class UpdateEngine(wiring.Component):
         wiring.connect(m, bag_q.r_stream, seq.bags)
         wiring.connect(m, idx_rd.words, seq.indices)
 
-        chk_err = Signal(8)
-        chk_val = Signal(64)
-        dim_ok = Signal()
-        dl = Signal(2)
-        with m.Switch(c.dim):
-            for i, d in enumerate((16, 32, 64, 128)):
-                with m.Case(d):
-                    m.d.comb += [dim_ok.eq(1), dl.eq(i)]
-
-        def below(x, base):    # x < base, without a constant-false compare (Verilator lint)
-            return (x < base) if base else 0
+        chk_err, chk_val, dl, off_end = command_checks(m, cfg, c, c.grads_addr, err_width=8)
+        m.d.comb += off_rd.limit.eq(off_end)    # the offsets reader's limit
         row_shift = dl + 6
-        table_end = c.table_base + (c.table_rows << row_shift)
-        off_end = c.offsets_addr + ((c.n_bags + 1) << 2)
-        m.d.comb += off_rd.limit.eq(off_end)
-        grads_end = c.grads_addr + (c.n_bags << row_shift)
-        checks = [
-            (~dim_ok, DeviceError.BAD_DIM, c.dim),
-            (c.table_base[:6] != 0, DeviceError.ALIGN, c.table_base),
-            (c.grads_addr[:6] != 0, DeviceError.ALIGN, c.grads_addr),
-            (c.offsets_addr[:2] != 0, DeviceError.ALIGN, c.offsets_addr),
-            (c.indices_addr[:2] != 0, DeviceError.ALIGN, c.indices_addr),
-            (below(c.table_base, t_base) | (table_end > t_end), DeviceError.ADDR_RANGE,
-             c.table_base),
-            (below(c.offsets_addr, s_base) | (off_end > s_end), DeviceError.ADDR_RANGE,
-             c.offsets_addr),
-            (below(c.grads_addr, s_base) | (grads_end > s_end), DeviceError.ADDR_RANGE,
-             c.grads_addr),
-            (below(c.indices_addr, s_base) | (c.indices_addr > s_end), DeviceError.ADDR_RANGE,
-             c.indices_addr),
-        ]
-        for i, (cond, code, value) in enumerate(checks):
-            with (m.If if i == 0 else m.Elif)(cond):
-                m.d.comb += [chk_err.eq(code), chk_val.eq(value)]
 
         # ---- sequencer -> slice (items tagged with their bag) -> fork -------------------------
         seq_out = stream.Signature(upd_item_layout).create(path=("seq_out",))

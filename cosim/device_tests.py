@@ -43,6 +43,17 @@ def lr_q(tb, x):
     return int(round(x * (1 << tb.cfg.frac_bits)))
 
 
+def set0_rows(cfg, n):
+    """``n`` rows of table 0 in logged-set set 0 (docs/training.md section 5: h = (row ^ row >> S
+    ^ table) & (sets - 1); row a*sets + a maps to a ^ a = 0 for a < sets)."""
+    sets = cfg.log_set_sets
+    assert n <= sets, (n, sets)
+    rows = [a * sets + a for a in range(n)]
+    s = sets.bit_length() - 1
+    assert all((r ^ (r >> s)) & (sets - 1) == 0 for r in rows), rows
+    return rows
+
+
 async def setup_tables(tb, specs, **kw):
     """``specs``: [(tid, rows, dim, extreme)]: allocate, fill and program them."""
     for tid, rows, dim, extreme in specs:
@@ -165,8 +176,8 @@ async def device_saturation_and_repeats(dut):
 
 @cocotb.test()
 async def device_abort_twice_with_set_overflow(dut):
-    """Rows 0, 257, 514, 771 of table 0 share logged-set set 0 (2 ways): the last two are
-    re-logged every time they are met (later records hold mid-batch values). Batch 2 is
+    """``log_set_ways`` + 2 rows of table 0 share logged-set set 0 (``set0_rows``): the last two
+    are re-logged every time they are met (later records hold mid-batch values). Batch 2 is
     attempted, aborted by reset + RECOVER (tables back to batch 1, the oldest record of a row
     wins), attempted again with fewer rows and aborted again (records of the first attempt
     carry the old recovery epoch and must be ignored), then committed. Everything equals the
@@ -174,7 +185,8 @@ async def device_abort_twice_with_set_overflow(dut):
     tb = DeviceTB(dut, latency=20, stall=0.05, name="abort_twice")
     await tb.power_on()
     await tb.recover()
-    specs = [(0, 800, 16, 0.0), (1, 64, 64, 0.0)]
+    hot = set0_rows(tb.cfg, tb.cfg.log_set_ways + 2)
+    specs = [(0, hot[-1] + 100, 16, 0.0), (1, 64, 64, 0.0)]
     await setup_tables(tb, specs)
     lr = lr_q(tb, 0.25)
     await tb.set_lr(lr)
@@ -182,7 +194,6 @@ async def device_abort_twice_with_set_overflow(dut):
     descs, tag = batch_descs(tb, 1, 1)
     await tb.run(descs, "batch 1")
     committed = {t: tb.table_bytes(t) for t in (0, 1)}
-    hot = [0, 257, 514, 771]
 
     def attempt(rows_lists):
         out = []
@@ -208,13 +219,14 @@ async def device_abort_twice_with_set_overflow(dut):
         await tb.set_lr(lr)
         await tb.configure_ring(RING)
 
-    await tb.run(attempt([hot + hot, [771, 514, 3, 771], hot[::-1] * 2]), "attempt 1")
+    await tb.run(attempt([hot + hot, [hot[-1], hot[-2], 3, hot[-1]], hot[::-1] * 2]),
+                 "attempt 1")
     await tb.check("attempt 1")
     assert tb.table_bytes(0) != committed[0], tb.where("attempt 1 changed nothing")
     assert await tb.drv.read("PERF_SET_OVERFLOW") == tb.model.logged.overflows > 0, \
         tb.where(f"PERF_SET_OVERFLOW vs model {tb.model.logged.overflows}")
     await abort("abort 1")
-    await tb.run(attempt([[514, 771, 514], [0, 771]]), "attempt 2")
+    await tb.run(attempt([[hot[-2], hot[-1], hot[-2]], [0, hot[-1]]]), "attempt 2")
     await tb.check("attempt 2")
     await abort("abort 2")
     descs, _ = batch_descs(tb, 2, 100)
@@ -229,35 +241,40 @@ async def device_abort_twice_with_set_overflow(dut):
 @cocotb.test()
 @cocotb.parametrize(dim=[16, 128], latency=[1, 20])
 async def device_relog_of_row_in_flight(dut, dim, latency):
-    """Minimal case: rows 0 and 257 fill logged-set set 0 of table 0 (2 ways), so row 514
-    (also set 0) is logged every time it is met. One UPDATE, one bag [0, 257, 514, 514]: the
-    second record of row 514 (slot 3) must hold the row after its first update
+    """Minimal case: ``log_set_ways`` rows (``set0_rows``) fill logged-set set 0 of table 0, so
+    row R, the next row of set 0, is logged every time it is met. One UPDATE, one bag [those
+    rows, R, R]: the second record of row R (slot ways + 1) must hold the row after its first
+    update
     (docs/training.md sections 4-5: rows in descriptor order; a row not in the logged set is
     read, logged, then written)."""
     tb = DeviceTB(dut, latency=latency, name=f"relog/dim{dim}/lat{latency}")
     await tb.power_on()
     await tb.recover()
-    await setup_tables(tb, [(0, 600, dim, 0.0)])
+    ways = tb.cfg.log_set_ways
+    rows = set0_rows(tb.cfg, ways + 1)
+    rows.append(rows[-1])
+    await setup_tables(tb, [(0, rows[-1] + 100, dim, 0.0)])
     await tb.set_lr(lr_q(tb, 0.5))
     await tb.configure_ring(RING)
-    o = tb.stage_u32([0, 4])
-    i = tb.stage_u32([0, 257, 514, 514])
+    o = tb.stage_u32([0, len(rows)])
+    i = tb.stage_u32(rows)
     g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (1, dim)))
     before = tb.table_bytes(0)
     try:    # everything but the record in slot 3 must match: a failure there is a real one
-        await tb.run([update(0, 1, o, i, g, batch=1, tag=1)], "UPDATE [0, 257, 514, 514]")
-        slot3 = (tb.cfg.log_base + 3 * LOG_SLOT_BYTES, LOG_SLOT_BYTES)
-        await tb.check("after the UPDATE, slot 3 left out", mask=[slot3])
+        await tb.run([update(0, 1, o, i, g, batch=1, tag=1)], f"UPDATE {rows}")
+        assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
+        slot3 = (tb.cfg.log_base + (ways + 1) * LOG_SLOT_BYTES, LOG_SLOT_BYTES)
+        await tb.check("after the UPDATE, second record of row R left out", mask=[slot3])
         rtl_slot3 = tb.mem.read(*slot3)
-        # the abort still rolls back to the batch start (the oldest record of row 514 wins)
+        # the abort still rolls back to the batch start (the oldest record of row R wins)
         await tb.power_on()
         await tb.recover()
-        await tb.check("after abort, slot 3 left out", mask=[slot3])
+        await tb.check("after abort, second record of row R left out", mask=[slot3])
         assert tb.mem.read(tb.bases[0], len(before)) == before, "rollback wrong"
     except AssertionError as e:
         raise RuntimeError(f"unexpected mismatch: {e}") from None
     assert rtl_slot3 == tb.model.mem.read(*slot3), tb.where(
-        "second record of row 514 differs from the model" + tb.explain(slot3[0]))
+        f"second record of row {rows[-1]} differs from the model" + tb.explain(slot3[0]))
 
 
 # ---------------------------------------------------------------------------- 2. bad input

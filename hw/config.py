@@ -52,8 +52,9 @@ class DeviceConfig:
     wr_buckets: int = 256      # hashed in-flight-write counters that order host reads after writes
     poison_lines: int = 8      # lines remembered as poisoned by host writes
     # training state (docs/training.md)
-    log_set_sets: int = 256    # logged-set sets (power of two); exact per-batch set of rows
-    log_set_ways: int = 2      # logged-set ways; a row that finds its set full is re-logged
+    log_set_sets: int = 1024   # logged-set sets (power of two); exact per-batch set of rows
+    log_set_ways: int = 4      # logged-set ways (4096 rows per batch); a row that finds its
+                               # set full is re-logged
     log_window: int = 128      # undo records in flight at most (recovery scans this far past
                                # the first invalid slot)
     upd_rows: int = 256        # update engine: rows in flight (exact tracker entries, a CAM)

@@ -5,12 +5,14 @@ Ports (A = ``cfg.addr_bits``):
 - ``tee_rows`` In stream ``log_row_layout(A)``: one entry per row a LOOKUP with LOG reads, in
   issue order; ``tee_lines`` In stream ``log_line_layout``: the dim/16 lines of each row, rows in
   the same order. A row's entry is taken before (at the earliest in the cycle the previous row
-  finishes) its lines; lines are taken one per cycle while the write queue has room (a logged
-  record costs one extra cycle for its header, so new records run at n/(n+1) lines per cycle,
-  the write rate; already-logged rows drain at one line per cycle).
+  finishes) its lines; lines are taken one per cycle while the write queues have room, logged
+  or not (a record's header is built in a side stage after its last data line and queued
+  separately, so it costs no tee cycle; sustained, new records are limited by the write port
+  at n/(n+1) lines per cycle, bursts are absorbed by the ``DQ_DEPTH``-line data queue).
 - ``ensure`` In stream ``log_row_layout(A)`` / ``ensure_done`` Out stream ``ensure_done_layout``,
   one answer per request, in order (UPDATE's synchronous path): row in the logged set → done
-  (err 0) at once; else log full → ``LOG_FULL`` (sets ``full``); else wait until ``q_busy``
+  (err 0) in the cycle the request is seen (``ensure`` taken with the answer; one per cycle
+  sustained); else log full → ``LOG_FULL`` (sets ``full``); else wait until ``q_busy``
   is 0, read the row (RdCur, id 8), write its record, wait until every record write is
   acknowledged, insert the row, done (err 0, or ``MEDIA`` after a read or write error, in which
   case the row is not inserted). The tee has priority: an ensure starts only with no tee row
@@ -23,7 +25,7 @@ Ports (A = ``cfg.addr_bits``):
   high, and they complete without the logger (see ``UpdateEngine``). Unconnected: 0 (no wait).
 - ``mem`` device request port: ids 8 (row reads of ``ensure``) and 9 (record writes, full
   lines). Writes are issued in record order (data lines 1..dim/16 as they arrive, CRC computed
-  on the fly, then the header line 0).
+  on the fly, then the header line 0; the next record's lines only after that header).
 - ``batch`` In(64): the open batch; ``epoch`` In(64): the superblock's ``recovery_epoch``
   (header fields), both stable while working.
 - ``retire`` In(1) pulse, only while ``idle``: clears the logged set, the next slot, ``full``
@@ -57,7 +59,8 @@ __all__ = ["UndoLogger", "ID_LOG_READ", "ID_LOG_WRITE"]
 
 ID_LOG_READ, ID_LOG_WRITE = 8, 9
 KEY_BITS = 48          # (row, table)
-WQ_DEPTH = 4
+DQ_DEPTH = 16          # data lines queued for the write port
+HQ_DEPTH = 4           # headers queued (their data lines are ahead of them)
 
 
 class UndoLogger(wiring.Component):
@@ -143,19 +146,50 @@ class UndoLogger(wiring.Component):
         with m.If(alloc):
             m.d.sync += [next_slot.eq(next_slot + 1), slot_line.eq(slot_line + LOG_SLOT_LINES)]
 
-        # ---- write queue and acknowledgements ------------------------------------------------
-        m.submodules.wq = wq = fifo.SyncFIFOBuffered(width=la + 512, depth=WQ_DEPTH)
+        # ---- write queues and acknowledgements ----------------------------------------------
+        # dq: data lines (addr, data, last line of the record); hq: header fields of records
+        # whose data lines are all in dq. The port takes a record's data lines from dq, then its
+        # header from hq (record order).
+        hq_fields = [("table", 16), ("row", 32), ("addr", cfg.addr_bits), ("dl", 2),
+                     ("line", la), ("crc", 32)]
+        hq_w = sum(w for _, w in hq_fields)
+        m.submodules.dq = dq = fifo.SyncFIFOBuffered(width=la + 512 + 1, depth=DQ_DEPTH)
+        m.submodules.hq = hq = fifo.SyncFIFOBuffered(width=hq_w, depth=HQ_DEPTH)
         wq_push = Signal()
         wq_addr = Signal(la)
         wq_data = Signal(512)
+        wq_last = Signal()
+        m.d.comb += [dq.w_en.eq(wq_push), dq.w_data.eq(Cat(wq_addr, wq_data, wq_last))]
+
+        def unpack(bits, fields):
+            out, off = {}, 0
+            for name, w in fields:
+                out[name] = bits[off:off + w]
+                off += w
+            return out
+
+        def header(f, crc_value, name):
+            vals = {"magic": LOG_MAGIC, "table": f["table"],
+                    "dim": (Const(16, 16) << f["dl"])[:16], "batch": self.batch, "row": f["row"],
+                    "crc": crc_value, "addr": f["addr"], "epoch": self.epoch}
+            line = Signal(512, name=name)
+            for fname, off, w in LOG_HDR_FIELDS:
+                m.d.comb += line[8 * off:8 * (off + w)].eq(vals[fname])
+            return line
+        rd_hdr = Signal()         # the port's next write is the header of the oldest record
+        hq_out = unpack(hq.r_data, hq_fields)
+        hq_line = header(hq_out, hq_out["crc"], "hq_line")
         wr = self.mem.wr_req
         m.d.comb += [
-            wq.w_en.eq(wq_push), wq.w_data.eq(Cat(wq_addr, wq_data)),
-            wr.valid.eq(wq.r_rdy), wr.payload.id.eq(ID_LOG_WRITE),
-            wr.payload.addr.eq(wq.r_data[:la]), wr.payload.data.eq(wq.r_data[la:]),
-            wr.payload.be.eq(-1), wq.r_en.eq(wr.ready),
+            wr.valid.eq(Mux(rd_hdr, hq.r_rdy, dq.r_rdy)), wr.payload.id.eq(ID_LOG_WRITE),
+            wr.payload.addr.eq(Mux(rd_hdr, hq_out["line"], dq.r_data[:la])),
+            wr.payload.data.eq(Mux(rd_hdr, hq_line, dq.r_data[la:la + 512])),
+            wr.payload.be.eq(-1),
+            dq.r_en.eq(~rd_hdr & wr.ready), hq.r_en.eq(rd_hdr & wr.ready),
             self.mem.wr_resp.ready.eq(1),
         ]
+        with m.If(wr.valid & wr.ready):
+            m.d.sync += rd_hdr.eq(~rd_hdr & dq.r_data[la + 512])
         ack_cnt = Signal(4)       # acks received of the oldest record in flight
         rec_done = Signal()
         with m.If(self.mem.wr_resp.valid):
@@ -169,7 +203,6 @@ class UndoLogger(wiring.Component):
 
         # ---- record builder context ----------------------------------------------------------
         have = Signal()           # a row is being taken (logged or drained)
-        hdr = Signal()            # its data lines are done, the header is next
         c_table, c_row, c_addr, c_dl = Signal(16), Signal(32), Signal(cfg.addr_bits), Signal(2)
         c_wr = Signal()           # the row is being logged (else drained)
         c_ens = Signal()          # lines come from our own reads (ensure), else from the tee
@@ -183,45 +216,48 @@ class UndoLogger(wiring.Component):
         src_valid, src_data = Signal(), Signal(512)
         m.d.comb += [src_valid.eq(Mux(c_ens, resp.valid, self.tee_lines.valid)),
                      src_data.eq(Mux(c_ens, resp.payload.data, self.tee_lines.payload.data))]
-        can_take = have & ~hdr & (~c_wr | wq.w_rdy)
+        last = Signal()
+        m.d.comb += last.eq(k == n_lines - 1)
+        # header stage: fields and data CRC of the last record whose data lines are all queued
+        hp_valid = Signal()
+        hp = {name: Signal(w, name=f"hp_{name}") for name, w in hq_fields}
+        hp_push = hp_valid & hq.w_rdy
+        can_take = have & (~c_wr | (dq.w_rdy & (~last | ~hp_valid | hq.w_rdy)))
         m.d.comb += [self.tee_lines.ready.eq(can_take & ~c_ens),
                      resp.ready.eq(can_take & c_ens)]
         line_fire = can_take & src_valid
 
-        def header(crc_value):
-            vals = {"magic": LOG_MAGIC, "table": c_table, "dim": (Const(16, 16) << c_dl)[:16],
-                    "batch": self.batch, "row": c_row, "crc": crc_value, "addr": c_addr,
-                    "epoch": self.epoch}
-            line = Signal(512, name="hdr_zero" if isinstance(crc_value, int) else "hdr_line")
-            for name, off, w in LOG_HDR_FIELDS:
-                m.d.comb += line[8 * off:8 * (off + w)].eq(vals[name])
-            return line
-        hdr_zero = header(0)
-        # one CRC network for data lines and the header (signals in and out: the network
-        # slices its inputs bit by bit)
-        crc_in, crc_nx = Signal(512), Signal(32)
-        m.d.comb += [crc_in.eq(Mux(hdr, hdr_zero, src_data)),
-                     crc_nx.eq(crc32_next(crc, crc_in, 64))]
-        hdr_line = header(crc_nx ^ CRC32_XOROUT)
+        crc_nx = Signal(32)
+        m.d.comb += crc_nx.eq(crc32_next(crc, src_data, 64))
+        # the header's CRC: a second network, over the header line with its crc bytes zero
+        # (its input goes through a mux, as the data network's, so that no constant reaches the
+        # XOR reductions: with constants fed directly, the Verilator device build wrote one wrong
+        # header CRC bit in some records while pysim was right; cause not isolated)
+        hp_zero = header(hp, 0, "hp_zero")
+        hp_in, hcrc = Signal(512), Signal(32)
+        m.d.comb += hp_in.eq(Mux(hp_valid, hp_zero, src_data))
+        m.d.comb += [hcrc.eq(crc32_next(hp["crc"], hp_in, 64) ^ CRC32_XOROUT),
+                     hq.w_en.eq(hp_push),
+                     hq.w_data.eq(Cat(*[hcrc if n == "crc" else hp[n] for n, _ in hq_fields]))]
+        with m.If(hp_push):
+            m.d.sync += hp_valid.eq(0)
 
         ens_err = Signal()
         finishing = Signal()      # the current row ends this cycle (context free next cycle)
         with m.If(line_fire):
             m.d.sync += k.eq(k + 1)
             with m.If(c_wr):
-                m.d.comb += [wq_push.eq(1), wq_addr.eq(c_line + 1 + k), wq_data.eq(src_data)]
+                m.d.comb += [wq_push.eq(1), wq_addr.eq(c_line + 1 + k), wq_data.eq(src_data),
+                             wq_last.eq(last)]
                 m.d.sync += crc.eq(crc_nx)
             with m.If(c_ens & resp.payload.err):
                 m.d.sync += [ens_err.eq(1), self.media_err.eq(1)]
-            with m.If(k == n_lines - 1):
+            with m.If(last):
+                m.d.comb += finishing.eq(1)
                 with m.If(c_wr):
-                    m.d.sync += hdr.eq(1)
-                with m.Else():
-                    m.d.comb += finishing.eq(1)
-        with m.If(have & hdr & wq.w_rdy):
-            m.d.comb += [wq_push.eq(1), wq_addr.eq(c_line), wq_data.eq(hdr_line),
-                         finishing.eq(1)]
-            m.d.sync += hdr.eq(0)
+                    m.d.sync += [hp_valid.eq(1), hp["table"].eq(c_table), hp["row"].eq(c_row),
+                                 hp["addr"].eq(c_addr), hp["dl"].eq(c_dl),
+                                 hp["line"].eq(c_line), hp["crc"].eq(crc_nx)]
         with m.If(finishing):
             m.d.sync += have.eq(0)
         with m.If(wr_err):
@@ -235,7 +271,7 @@ class UndoLogger(wiring.Component):
             m.d.sync += rd_k.eq(rd_k + 1)
 
         def start(row, *, write, ens):
-            m.d.sync += [have.eq(1), hdr.eq(0), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT),
+            m.d.sync += [have.eq(1), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT),
                          c_table.eq(row.table), c_row.eq(row.row), c_addr.eq(row.addr),
                          c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens),
                          c_line.eq(slot_line)]
@@ -264,8 +300,13 @@ class UndoLogger(wiring.Component):
                 with m.Elif(self.ensure.valid & ~have):
                     m.d.comb += use_ens_key.eq(1)
                     with m.If(hit):
-                        m.d.sync += ens_code.eq(0)
-                        m.next = "DONE"
+                        # answered in this cycle; held in DONE if not taken
+                        m.d.comb += [self.ensure_done.valid.eq(1),
+                                     self.ensure_done.payload.err_code.eq(0),
+                                     self.ensure.ready.eq(self.ensure_done.ready)]
+                        with m.If(~self.ensure_done.ready):
+                            m.d.sync += ens_code.eq(0)
+                            m.next = "DONE"
                     with m.Elif(at_full):
                         log_full()
                         m.d.sync += ens_code.eq(DeviceError.LOG_FULL)
@@ -295,8 +336,9 @@ class UndoLogger(wiring.Component):
                     m.next = "IDLE"
 
         m.d.comb += self.idle.eq(ens_fsm.ongoing("IDLE") & ~have & (inflight == 0) &
-                                 (wq.level == 0) & ~self.tee_rows.valid &
-                                 ~self.tee_lines.valid & ~self.ensure.valid)
+                                 (dq.level == 0) & (hq.level == 0) & ~hp_valid &
+                                 ~self.tee_rows.valid & ~self.tee_lines.valid &
+                                 ~self.ensure.valid)
 
         # ---- retire (only while idle) --------------------------------------------------------
         with m.If(self.retire):

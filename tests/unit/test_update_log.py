@@ -25,7 +25,9 @@ from sw_model.training import TrainingDevice, make_record, slot_addr
 
 from pysim_util import Stall, make_rng, send, simulate, sink
 
-CFG = DeviceConfig(max_reads=32, max_writes=16, upd_rows=16, acc_bits=36)   # 256 x 2 set
+# 256 x 2 logged set (not the default): rows 0, 257, 514 of table 3 share set 3
+CFG = DeviceConfig(max_reads=32, max_writes=16, upd_rows=16, acc_bits=36,
+                   log_set_sets=256, log_set_ways=2)
 TABLE_BASE = 0x40_0000
 S = CFG.staging_base
 M32 = 0xFFFF_FFFF

@@ -68,7 +68,7 @@ class TrainingCXLDevice(wiring.Component):
         m.submodules.dcoh = dcoh = DCOH(cfg)
         m.submodules.media = media = MediaAXI(cfg)
 
-        # ---- device request ports → DCOH → media ----------------------------------------------
+        # ---- device request ports → DCOH → media -------------------------------------------
         m.submodules.mux = mux = RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS])
         engines = {"cmdproc": cp, "persist": persist, "logger": logger, "gather": gather,
                    "update": update}

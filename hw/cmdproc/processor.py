@@ -5,8 +5,9 @@ Contract: docs/training.md sections 1-3. One descriptor at a time, in ring order
 FETCH (RdCur of the descriptor line, id 3) → DECODE (kind, table id, batch, widths; docs order)
 → the engine (LOOKUP: gather; its undo records may still be in flight when it completes.
 UPDATE: first wait until the undo logger is idle, so every record is persistent before any
-in-place write, then the update engine. COMMIT: the same wait, then the persist engine) → CPL (write the completion line, id 3,
-wait for its write response) → head += 1, ``irq_cpl`` pulse.
+in-place write, then the update engine. COMMIT: the same wait, then the persist engine)
+→ CPL (write the completion line, id 3, wait for its write response) → head += 1 and an
+``irq_cpl`` pulse.
 
 Ring CSRs arrive as the register block's values plus a one-cycle ``*_swmod`` pulse per software
 write; the processor samples the new value the cycle after the pulse and either accepts it or
@@ -80,7 +81,8 @@ class CommandProcessor(wiring.Component):
             "error": Out(1), "irq_cpl": Out(1), "irq_err": Out(1),
             "lk_cmd": Out(stream.Signature(lookup_cmd_layout(ab))), "lk_log": Out(1),
             "lk_table": Out(16), "lk_cpl": In(stream.Signature(lookup_cpl_layout(ab))),
-            "log_idle": In(1), "log_settled": In(1), "log_records": In(32), "log_full_events": In(32),
+            "log_idle": In(1), "log_settled": In(1), "log_records": In(32),
+            "log_full_events": In(32),
             "log_batch": Out(64),
             "up_cmd": Out(stream.Signature(update_cmd_layout(ab))),
             "up_cpl": In(stream.Signature(update_cpl_layout())),

@@ -252,24 +252,21 @@ def test_lookup_with_log_writes_expected_records(seed):
     assert mem.log_writes == len(exp.records) * (1 + dim // 16), f"seed={seed}: extra log writes"
 
 
-def test_log_does_not_slow_the_lookup_when_rows_are_logged():
-    """No stalls, fixed 20-cycle latency, max_reads 64, dim 16, 8 bags x 16 rows drawn from 4
-    rows: the same LOOKUP without LOG and then with LOG (4 new records, 124 rows already
-    logged) take about the same number of cycles (``cycles`` of the completions), i.e. the tee
-    drains one line per cycle."""
-    rng = make_rng(9)
-    cfg = CFG.with_(max_reads=64)         # covers the latency: one line per cycle
-    dim = 16
+def _cycles_without_and_with_log(cfg, rng, dim, bags, name):
+    """The same LOOKUP of ``bags`` (dim ``dim``, fixed 20-cycle latency, no stalls) run without
+    and then with LOG through GatherReduce + UndoLogger; returns (completion ``cycles`` of
+    both, records the logger wrote, the memory)."""
     mem = Memory(rng, p_stall=0.0, lat=(20, 20))
     for r in range(ROWS):
         mem.write(TABLE_BASE + r * dim * 4, struct.pack(f"<{dim}i", *row_words(r, dim)))
-    hot = [2, 9, 17, 30]
-    bags = [[rng.choice(hot) for _ in range(16)] for _ in range(8)]
-    offs = [16 * b for b in range(9)]
+    n = len(bags)
+    offs = [0]
+    for bag in bags:
+        offs.append(offs[-1] + len(bag))
     idx = [x for bag in bags for x in bag]
-    mem.write(STG, struct.pack("<9I", *offs))
+    mem.write(STG, struct.pack(f"<{n + 1}I", *offs))
     mem.write(STG + 256, struct.pack(f"<{len(idx)}I", *idx))
-    cmd = make_cmd(0, dim, 8, STG, STG + 256, STG + 4096)
+    cmd = make_cmd(0, dim, n, STG, STG + 256, STG + 4096)
 
     m = Module()
     m.submodules.gather = g = GatherReduce(cfg)
@@ -279,70 +276,7 @@ def test_log_does_not_slow_the_lookup_when_rows_are_logged():
     wiring.connect(m, lg.mem, mux.req_1)
     wiring.connect(m, g.log_rows, lg.tee_rows)
     wiring.connect(m, g.log_lines, lg.tee_lines)
-    cycles = []
-
-    async def tb(ctx):
-        ctx.set(g.table_id, 1)
-        for log in (0, 1):
-            ctx.set(g.log, log)
-            ctx.set(g.cmd.payload, cmd)
-            ctx.set(g.cmd.valid, 1)
-            while True:
-                *_, r = await ctx.tick().sample(g.cmd.ready)
-                if r:
-                    break
-            ctx.set(g.cmd.valid, 0)
-            ctx.set(g.cpl.ready, 1)
-            while True:
-                *_, v, p = await ctx.tick().sample(g.cpl.valid, g.cpl.payload)
-                if v:
-                    cycles.append(int(p.cycles))
-                    assert int(p.err_code) == 0
-                    break
-            ctx.set(g.cpl.ready, 0)
-        while not ctx.get(lg.idle):
-            await ctx.tick()
-        assert ctx.get(lg.records) == 4
-
-    async def serve(ctx):
-        await mem.serve(ctx, mux.mem)
-
-    simulate(m, [tb], [serve], max_cycles=20000, name="gather_log_rate")
-    # 4 header cycles for the new records, a few for the tee FIFOs at the end
-    assert cycles[1] <= cycles[0] + 4 + 6, f"LOOKUP cycles without/with LOG: {cycles}"
-    # 128 lines plus the offsets, indices, rows and write-ack latencies (20 each)
-    assert cycles[0] < 128 + 5 * 20 + 20, f"LOOKUP without LOG too slow: {cycles}"
-
-
-def test_log_of_new_rows_costs_no_lookup_cycles():
-    """No stalls, fixed 20-cycle latency, max_reads 64, window 64, dim 64 (4 lines a row), 2
-    bags x 4 rows, 8 distinct rows: every row is a new record (8 headers), yet the LOOKUP with
-    LOG takes the same cycles as without (a few cycles of pipeline latency): the header of a
-    record costs no tee cycle while the write port keeps up (40 log writes + 8 output writes
-    for 32 tee lines: the data queue absorbs the burst)."""
-    rng = make_rng(10)
-    cfg = CFG.with_(max_reads=64, log_window=64, log_set_sets=64, log_set_ways=2)
-    dim = 64
-    mem = Memory(rng, p_stall=0.0, lat=(20, 20))
-    for r in range(ROWS):
-        mem.write(TABLE_BASE + r * dim * 4, struct.pack(f"<{dim}i", *row_words(r, dim)))
-    rows = rng.sample(range(ROWS), 8)
-    bags = [rows[4 * b:4 * b + 4] for b in range(2)]
-    offs = [4 * b for b in range(3)]
-    idx = [x for bag in bags for x in bag]
-    mem.write(STG, struct.pack("<3I", *offs))
-    mem.write(STG + 256, struct.pack(f"<{len(idx)}I", *idx))
-    cmd = make_cmd(0, dim, 2, STG, STG + 256, STG + 4096)
-
-    m = Module()
-    m.submodules.gather = g = GatherReduce(cfg)
-    m.submodules.logger = lg = UndoLogger(cfg)
-    m.submodules.mux = mux = RequestPortMux(cfg.addr_bits, [(0, 1, 2), (8, 9)])
-    wiring.connect(m, g.mem, mux.req_0)
-    wiring.connect(m, lg.mem, mux.req_1)
-    wiring.connect(m, g.log_rows, lg.tee_rows)
-    wiring.connect(m, g.log_lines, lg.tee_lines)
-    cycles = []
+    cycles, records = [], []
 
     async def tb(ctx):
         ctx.set(g.table_id, 1)
@@ -365,12 +299,45 @@ def test_log_of_new_rows_costs_no_lookup_cycles():
             ctx.set(g.cpl.ready, 0)
             while not ctx.get(lg.idle):
                 await ctx.tick()
-        assert ctx.get(lg.records) == 8
+        records.append(ctx.get(lg.records))
 
     async def serve(ctx):
         await mem.serve(ctx, mux.mem)
 
-    simulate(m, [tb], [serve], max_cycles=20000, name="gather_log_new_rate")
+    simulate(m, [tb], [serve], max_cycles=20000, name=name)
+    return cycles, records[0], mem
+
+
+def test_log_does_not_slow_the_lookup_when_rows_are_logged():
+    """No stalls, fixed 20-cycle latency, max_reads 64, dim 16, 8 bags x 16 rows drawn from 4
+    rows: the same LOOKUP without LOG and then with LOG (4 new records, 124 rows already
+    logged) take about the same number of cycles (``cycles`` of the completions), i.e. the tee
+    drains one line per cycle."""
+    rng = make_rng(9)
+    cfg = CFG.with_(max_reads=64)         # covers the latency: one line per cycle
+    hot = [2, 9, 17, 30]
+    bags = [[rng.choice(hot) for _ in range(16)] for _ in range(8)]
+    cycles, records, _ = _cycles_without_and_with_log(cfg, rng, 16, bags, "gather_log_rate")
+    assert records == 4
+    # 4 header cycles for the new records, a few for the tee FIFOs at the end
+    assert cycles[1] <= cycles[0] + 4 + 6, f"LOOKUP cycles without/with LOG: {cycles}"
+    # 128 lines plus the offsets, indices, rows and write-ack latencies (20 each)
+    assert cycles[0] < 128 + 5 * 20 + 20, f"LOOKUP without LOG too slow: {cycles}"
+
+
+def test_log_of_new_rows_costs_no_lookup_cycles():
+    """No stalls, fixed 20-cycle latency, max_reads 64, window 64, dim 64 (4 lines a row), 2
+    bags x 4 rows, 8 distinct rows: every row is a new record (8 headers), yet the LOOKUP with
+    LOG takes the same cycles as without (a few cycles of pipeline latency): the header of a
+    record costs no tee cycle while the write port keeps up (40 log writes + 8 output writes
+    for 32 tee lines: the data queue absorbs the burst)."""
+    rng = make_rng(10)
+    cfg = CFG.with_(max_reads=64, log_window=64, log_set_sets=64, log_set_ways=2)
+    rows = rng.sample(range(ROWS), 8)
+    bags = [rows[4 * b:4 * b + 4] for b in range(2)]
+    cycles, records, mem = _cycles_without_and_with_log(cfg, rng, 64, bags,
+                                                        "gather_log_new_rate")
+    assert records == 8
     print(f"LOOKUP cycles without/with LOG (8 new records, dim 64): {cycles}")
     assert mem.log_writes == 8 * 5, f"log writes {mem.log_writes}"
     assert cycles[1] <= cycles[0] + 4, f"LOOKUP cycles without/with LOG: {cycles}"

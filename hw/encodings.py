@@ -70,12 +70,16 @@ class DeviceError(enum.IntEnum):
     CSR_ADDR = 16        # CSR access to an unmapped address; value = CSR byte address
     NOT_READY = 17       # doorbell before recovery completed; value = written tail
     CSR_BUSY = 18        # ring configuration written while descriptors are pending; value = addr
+    MLP_LAG = 19         # COMMIT refused: batch - MLP snapshot epoch > MLP_LAG; value = the lag
+    BAD_EPOCH = 20       # SNAPSHOT epoch not in (last accepted epoch, open batch]; value = epoch
+    SNAP_LENGTH = 21     # SNAPSHOT length > slot capacity; value = length
 
 
 class DescKind(enum.IntEnum):
     LOOKUP = 1
     UPDATE = 2
     COMMIT = 3
+    SNAPSHOT = 4
 
 
 # descriptor flags (byte 1)
@@ -91,7 +95,8 @@ N_TABLES = 8
 DESC_FIELDS = (
     ("kind", 0, 1), ("flags", 1, 1), ("table", 2, 2), ("tag", 4, 4), ("batch", 8, 8),
     ("n_bags", 16, 4), ("lr", 20, 4), ("offsets_addr", 24, 8), ("indices_addr", 32, 8),
-    ("data_addr", 40, 8),     # LOOKUP: out_addr; UPDATE: grads_addr
+    ("data_addr", 40, 8),     # LOOKUP: out_addr; UPDATE: grads_addr; SNAPSHOT: src_addr
+    ("length", 48, 4),        # SNAPSHOT: payload bytes (its epoch is the ``batch`` field)
 )
 CPL_FIELDS = (
     ("tag", 0, 4), ("kind", 4, 1), ("status", 5, 1), ("err_bag", 8, 4), ("rows", 12, 4),
@@ -113,8 +118,17 @@ LOG_HDR_FIELDS = (
 SB_MAGIC = 0x4C584354           # "TCXL"
 SB_VERSION = 1
 SB_FIELDS = (
-    ("magic", 0, 4), ("version", 4, 4), ("committed", 8, 8), ("mlp_slot", 16, 8),
-    ("mlp_epoch", 24, 8), ("recovery_epoch", 32, 8),
+    ("magic", 0, 4), ("version", 4, 4), ("committed", 8, 8),
+    ("mlp_slot", 16, 8),        # 0 none, 1 slot A, 2 slot B: the 8-byte flip word (a hint only)
+    ("mlp_epoch", 24, 8),       # reserved, written 0 (the epoch lives in the slot header)
+    ("recovery_epoch", 32, 8),
+)
+
+# MLP snapshot slots (docs/training.md section 9): the slots region is split into two halves,
+# slot A (0) and slot B (1); each is a header line followed by the payload lines.
+SNAP_MAGIC = 0x53504C4D         # "MLPS"
+SNAP_HDR_FIELDS = (
+    ("magic", 0, 4), ("crc", 4, 4), ("epoch", 8, 8), ("length", 16, 4),
 )
 
 

@@ -41,6 +41,9 @@ extern "C" {
 #define TRAININGCXL__STATUS__RECOVERING_bm 0x8
 #define TRAININGCXL__STATUS__RECOVERING_bp 3
 #define TRAININGCXL__STATUS__RECOVERING_bw 1
+#define TRAININGCXL__STATUS__SNAP_BUSY_bm 0x10
+#define TRAININGCXL__STATUS__SNAP_BUSY_bp 4
+#define TRAININGCXL__STATUS__SNAP_BUSY_bw 1
 
 // reg - trainingcxl.ERR_CODE
 #define TRAININGCXL__ERR_CODE__VALUE_bm 0xffffffff
@@ -136,7 +139,12 @@ extern "C" {
 #define TRAININGCXL__MLP_LAG__VALUE_bm 0xffffffff
 #define TRAININGCXL__MLP_LAG__VALUE_bp 0
 #define TRAININGCXL__MLP_LAG__VALUE_bw 32
-#define TRAININGCXL__MLP_LAG__VALUE_reset 0x0
+#define TRAININGCXL__MLP_LAG__VALUE_reset 0xffffffff
+
+// reg - trainingcxl.MLP_SLOT
+#define TRAININGCXL__MLP_SLOT__VALUE_bm 0xffffffff
+#define TRAININGCXL__MLP_SLOT__VALUE_bp 0
+#define TRAININGCXL__MLP_SLOT__VALUE_bw 32
 
 // reg - trainingcxl.CMD_BASE_LO
 #define TRAININGCXL__CMD_BASE_LO__VALUE_bm 0xffffffff
@@ -440,7 +448,8 @@ typedef struct __attribute__ ((__packed__)) {
     uint32_t LOG_SLOT;
     uint32_t LR;
     uint32_t MLP_LAG;
-    uint8_t RESERVED_60_7f[0x20];
+    uint32_t MLP_SLOT;
+    uint8_t RESERVED_64_7f[0x1c];
     uint32_t CMD_BASE_LO;
     uint32_t CMD_BASE_HI;
     uint32_t CMD_SIZE;
@@ -520,6 +529,7 @@ static_assert(sizeof(trainingcxl_t) == 0x280, "Packing error");
 #define TRAININGCXL_LOG_SLOT_OFFSET                  0x054
 #define TRAININGCXL_LR_OFFSET                        0x058
 #define TRAININGCXL_MLP_LAG_OFFSET                   0x05c
+#define TRAININGCXL_MLP_SLOT_OFFSET                  0x060
 #define TRAININGCXL_CMD_BASE_LO_OFFSET               0x080
 #define TRAININGCXL_CMD_BASE_HI_OFFSET               0x084
 #define TRAININGCXL_CMD_SIZE_OFFSET                  0x088

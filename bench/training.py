@@ -48,10 +48,9 @@ TARGET_UTIL = 0.90
 
 
 def run(points, *, seed=1, out_dir=None, log=print):
-    from hw.top import TOP_NAME, TrainingCXLDevice
     cfg = DeviceConfig()
     t0 = time.time()
-    b = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    b = cb.device_build(cfg)
     log(f"  build in {time.time() - t0:.0f} s")
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp = pathlib.Path(tmp).resolve()

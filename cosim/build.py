@@ -176,6 +176,44 @@ def generate_verilog(component, name: str = "trainingcxl_device") -> str:
     return verilog.convert(component, name=name, emit_src=False)
 
 
+def _hw_source_digest() -> str:
+    """sha256 of every Python source under hw/ (paths and contents)."""
+    root = Path(__file__).resolve().parent.parent / "hw"
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
+    """Simulation Verilog of ``hw.top.TrainingCXLDevice(cfg)``, cached on disk.
+
+    Elaborating and converting the whole device takes about 15 s, and many benches and tests
+    need the same configuration. The cache key is the sha256 of every source file under hw/,
+    ``cfg.to_json()``, ``name`` and the Amaranth version, so any change to the RTL or its
+    configuration regenerates (``build/verilog-cache/<key>.v``; written atomically)."""
+    import amaranth
+    h = hashlib.sha256()
+    for part in ("TrainingCXLDevice", _hw_source_digest(), cfg.to_json(), name,
+                 amaranth.__version__):
+        h.update(part.encode() + b"\0")
+    path = BUILD_ROOT / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
+    if path.is_file():
+        return path.read_text()
+    from hw.top import TrainingCXLDevice
+    text = generate_verilog(TrainingCXLDevice(cfg), name=name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return text
+
+
+def device_build(cfg, **kw) -> "Build":
+    """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`)."""
+    return build(device_verilog(cfg), **kw)
+
+
 def _tool_versions() -> str:
     import amaranth
     import cocotb

@@ -88,7 +88,6 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "") -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``)."""
     from hw.config import DeviceConfig
-    from hw.top import TOP_NAME, TrainingCXLDevice
 
     cfg = cfg or DeviceConfig()
     out = Path(out).resolve()     # the runner may change directory
@@ -97,7 +96,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results.write_text("")
     t0 = time.monotonic()
     if build is None:
-        build = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+        build = cb.device_build(cfg)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     bar = None

@@ -12,7 +12,6 @@ import pytest
 from cosim import build as cb
 from cosim.crash import run_campaign
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
 
 N_POINTS = 20
 
@@ -20,7 +19,7 @@ N_POINTS = 20
 @pytest.fixture(scope="session")
 def crash_build():
     cfg = DeviceConfig()
-    return cfg, cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    return cfg, cb.device_build(cfg)
 
 
 @pytest.mark.cosim

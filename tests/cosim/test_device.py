@@ -10,7 +10,6 @@ import pytest
 
 from cosim import build as cb
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
 
 MIN_TESTS = 14     # cocotb tests in cosim/device_tests.py, parametrized variants counted
 
@@ -18,7 +17,7 @@ MIN_TESTS = 14     # cocotb tests in cosim/device_tests.py, parametrized variant
 @pytest.fixture(scope="module")
 def device_build():
     cfg = DeviceConfig()
-    return cfg, cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    return cfg, cb.device_build(cfg)
 
 
 @pytest.mark.cosim

@@ -5,7 +5,7 @@ import pytest
 
 from cosim import build as cb
 from hw.config import CONFIGS, DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
+from hw.top import TOP_NAME
 
 # each distinct configuration once ("sim" is the default: linting it twice costs ~35 s of CI)
 LINT_CONFIGS = {}
@@ -20,7 +20,7 @@ def test_verilator_lint_clean(name, tmp_path):
     """`verilator --lint-only` with exactly the three waivers reports nothing for each config."""
     env = cb.verilator_env()
     v = tmp_path / f"{TOP_NAME}.v"
-    v.write_text(cb.generate_verilog(TrainingCXLDevice(LINT_CONFIGS[name]), name=TOP_NAME))
+    v.write_text(cb.device_verilog(LINT_CONFIGS[name], name=TOP_NAME))
     r = subprocess.run(["verilator", "--lint-only", *cb.WAIVERS, "--top-module", TOP_NAME,
                         str(v)], capture_output=True, text=True, env=env)
     assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[-4000:]

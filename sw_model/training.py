@@ -63,6 +63,33 @@ Choices where docs/training.md leaves room (the RTL must match these):
    own ``CSR_BUSY`` (value = that register's byte address from hw/csr/regmap.json).
 11. Device reset sets the epoch copy to 0; it is meaningless until recovery loads it (no
    descriptor runs before recovery).
+
+MLP snapshots (docs/training.md section 9). The model executes a SNAPSHOT atomically inside
+``execute``: after its checks it writes the payload lines (``"snap_data"``, one write per line
+holding only the payload bytes ``< length`` of that line, so nothing past the payload is
+touched), then the header line (``"snap_header"``, 64 bytes), then the superblock's 8-byte
+``mlp_slot`` word (``"snap_flip"``, value slot + 1), each through ``_write``/``on_write`` like
+every other device write, so a crash campaign can cut between any two of them; then
+``active``/``mlp_slot``/``mlp_epoch`` are updated. Its completion (status OK, ``batch`` = the
+epoch, ``lines`` = ceil(length/64), other counters 0) is returned after those writes. A snapshot
+is therefore never *in flight* in the model: ``snap_busy`` is always False, the last accepted
+epoch ``A`` (``mlp_accepted``) always equals the last completed one ``P`` (``mlp_epoch``), and a
+COMMIT never waits: its lag check is ``b - P <= k`` or ``MLP_LAG`` (value ``b - P``), made
+after the batch check, before anything is written. The RTL may finish the copy after the
+completion; once it is done (``STATUS.SNAP_BUSY`` = 0) the memory image equals the model's.
+
+12. SNAPSHOT checks after the kind check (no table or batch check), in the contract's order:
+   ``BAD_EPOCH``, ``ADDR_RANGE`` (>= 2^addr_bits), ``SNAP_LENGTH``, ``ADDR_RANGE`` (staging:
+   ``staging_base <= data_addr`` and ``data_addr + length <= staging end``; for length 0
+   ``data_addr < staging end``). ``err_bag`` 0, ``batch`` = the epoch.
+13. Recovery chooses the MLP slot after the epoch write (reads only); formatting a fresh
+   superblock reports none (``mlp_slot`` = ``mlp_epoch`` = 0). Device reset clears
+   ``mlp_slot``/``mlp_epoch``/``A``/``active`` (meaningless until recovery) and sets
+   ``mlp_lag`` to its reset value 0xFFFFFFFF.
+14. The lag check compares literally, ``b - P <= k`` with 64-bit ``b - P`` and 32-bit ``k``:
+   the reset value 0xFFFFFFFF is "no bound" only while ``b - P < 2^32`` (a COMMIT 2^32 batches
+   past the last snapshot is refused even then). A SNAPSHOT of the open batch that fails its
+   checks leaves ``A``; a refused COMMIT changes nothing but the error registers.
 """
 import json
 import zlib
@@ -73,8 +100,8 @@ import numpy as np
 from hw.config import DeviceConfig, ELEMS_PER_LINE, LINE_BYTES, SUPPORTED_DIMS
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG,
                           FLAG_NOLOG, LOG_HDR_FIELDS, LOG_MAGIC, LOG_SLOT_BYTES, N_TABLES,
-                          SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, DeviceError, pack_fields,
-                          unpack_fields)
+                          SB_FIELDS, SB_MAGIC, SB_VERSION, SNAP_HDR_FIELDS, SNAP_MAGIC,
+                          DescKind, DeviceError, pack_fields, unpack_fields)
 from .device import DeviceModel, LookupCmd
 from .fixedpoint import I32_MAX, I32_MIN, mul_round
 from .memory import MemoryImage
@@ -85,8 +112,10 @@ E = DeviceError
 # (hw/csr/regmap.json, a shared encoding like hw/encodings.py; read as data, hw.csr is not
 # imported).
 REGMAP_JSON = Path(__file__).resolve().parent.parent / "hw" / "csr" / "regmap.json"
-CSR_NAMES = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI")
-RING_CSRS = CSR_NAMES[1:]             # the order configure_ring writes them
+CSR_NAMES = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI",
+             "MLP_EPOCH_LO", "MLP_EPOCH_HI", "MLP_SLOT", "MLP_LAG")
+RING_CSRS = CSR_NAMES[1:6]            # the order configure_ring writes them
+MLP_LAG_RESET = 0xFFFFFFFF            # MLP_LAG CSR reset value: no bound
 
 
 def _load_csr_addr(path=REGMAP_JSON) -> dict:
@@ -170,11 +199,95 @@ def read_records(cfg: DeviceConfig, mem: MemoryImage, n: int) -> list[dict]:
     return out
 
 
+# ---- MLP snapshot slots (section 9) --------------------------------------------------------------
+
+def snap_slot_bytes(cfg: DeviceConfig) -> int:
+    """Bytes of one slot: ``(slots_size // 2) // 64 * 64``."""
+    return (cfg.slots_size // 2) // LINE_BYTES * LINE_BYTES
+
+
+def snap_capacity(cfg: DeviceConfig) -> int:
+    """Largest payload of a slot (slot bytes minus the header line)."""
+    return snap_slot_bytes(cfg) - LINE_BYTES
+
+
+def snap_slot_addr(cfg: DeviceConfig, i: int) -> int:
+    """Base of slot ``i`` (0 = A, 1 = B); its payload starts one line later."""
+    if i not in (0, 1):
+        raise ValueError(f"snapshot slot {i} is not 0 or 1")
+    return cfg.slots_base + i * snap_slot_bytes(cfg)
+
+
+def snap_crc(payload: bytes, header_line: bytes) -> int:
+    """CRC-32 (zlib) over the payload zero-padded to whole lines, then the 64-byte header line
+    with its ``crc`` bytes zero."""
+    payload = bytes(payload)
+    pad = -len(payload) % LINE_BYTES
+    hdr = bytearray(header_line[:LINE_BYTES])
+    _, off, w = next(f for f in SNAP_HDR_FIELDS if f[0] == "crc")
+    hdr[off:off + w] = bytes(w)
+    return zlib.crc32(payload + bytes(pad) + bytes(hdr)) & 0xFFFFFFFF
+
+
+def make_snap_header(epoch: int, payload: bytes) -> bytes:
+    """Slot header line (magic, crc, epoch, length; other bytes 0) for ``payload``."""
+    vals = dict(magic=SNAP_MAGIC, crc=0, epoch=epoch, length=len(payload))
+    vals["crc"] = snap_crc(payload, pack_fields(SNAP_HDR_FIELDS, vals, LINE_BYTES))
+    return pack_fields(SNAP_HDR_FIELDS, vals, LINE_BYTES)
+
+
+def read_snap_slot(cfg: DeviceConfig, mem: MemoryImage, i: int) -> tuple:
+    """``(header dict, payload bytes or None)`` of slot ``i`` as stored (no validity check;
+    payload None when ``length`` exceeds the capacity)."""
+    a = snap_slot_addr(cfg, i)
+    h = unpack_fields(SNAP_HDR_FIELDS, mem.read(a, LINE_BYTES))
+    data = mem.read(a + LINE_BYTES, h["length"]) if h["length"] <= snap_capacity(cfg) else None
+    return h, data
+
+
+def snap_slot_valid(cfg: DeviceConfig, mem: MemoryImage, i: int, committed: int) -> bool:
+    """Recovery's validity test of slot ``i``: magic, ``length`` <= capacity, ``epoch`` <=
+    ``committed`` and the CRC over the payload lines (bytes past ``length`` taken as 0) and the
+    header."""
+    a = snap_slot_addr(cfg, i)
+    line = mem.read(a, LINE_BYTES)
+    h, data = read_snap_slot(cfg, mem, i)
+    return (h["magic"] == SNAP_MAGIC and data is not None and h["epoch"] <= committed
+            and snap_crc(data, line) == h["crc"])
+
+
+def choose_mlp_slot(cfg: DeviceConfig, mem: MemoryImage, committed: int):
+    """Recovery's slot choice: ``(slot index, epoch)`` of the valid slot with the larger epoch
+    (slot A on a tie), or None if neither is valid. Reads only."""
+    best = None
+    for i in (0, 1):
+        if snap_slot_valid(cfg, mem, i, committed):
+            e = read_snap_slot(cfg, mem, i)[0]["epoch"]
+            if best is None or e > best[1]:
+                best = (i, e)
+    return best
+
+
+def read_mlp_slot(cfg: DeviceConfig, mem: MemoryImage, committed: int):
+    """What a host reloads after recovery: ``(epoch, payload bytes)`` of the slot recovery
+    chooses for committed batch ``committed`` (``choose_mlp_slot``), or None. Pure function of
+    its arguments (reads only)."""
+    ch = choose_mlp_slot(cfg, mem, committed)
+    if ch is None:
+        return None
+    i, e = ch
+    return e, read_snap_slot(cfg, mem, i)[1]
+
+
 class _Stop(Exception):
     """Internal: ends a descriptor with an error status (counters so far are kept)."""
 
     def __init__(self, code, value, bag=0):
         self.code, self.value, self.bag = E(code), int(value), int(bag)
+
+
+class _Done(Exception):
+    """Internal: a descriptor finished early without error."""
 
 
 # ---- the device ----------------------------------------------------------------------------------
@@ -188,6 +301,11 @@ class TrainingDevice:
     ``status_error`` (sticky), ``irq_status`` (set of "CPL", "ERR", "RECOVERED"),
     ``recovered_records``, ``next_slot`` (LOG_SLOT), ring ``cmd_base``/``cmd_size``/
     ``cpl_base``/``head``/``tail``, ``seq``. ``logged`` is the logged set.
+    MLP snapshots (section 9): ``mlp_lag`` (the MLP_LAG CSR, k, settable, reset 0xFFFFFFFF),
+    ``mlp_slot`` (MLP_SLOT: 0 none, 1 A, 2 B), ``mlp_epoch`` (MLP_EPOCH: epoch of the last
+    completed or recovered snapshot, ``P``), ``mlp_accepted`` (``A``; equals ``mlp_epoch`` in
+    the model), ``snap_busy`` (STATUS.SNAP_BUSY, always False: SNAPSHOT runs atomically).
+    ``csr_read``/``csr_write`` give these by register name.
     """
 
     def __init__(self, cfg: DeviceConfig, mem: MemoryImage):
@@ -214,6 +332,39 @@ class TrainingDevice:
         self.cmd_base = self.cmd_size = self.cpl_base = 0
         self.head = self.tail = 0
         self.seq = 0
+        self.mlp_lag = MLP_LAG_RESET
+        self.mlp_slot = 0
+        self.mlp_epoch = 0
+        self.mlp_accepted = 0
+
+    # MLP snapshot registers (section 9) -------------------------------------------------------
+    snap_busy = False               # STATUS.SNAP_BUSY: a snapshot is never in flight in the model
+
+    def csr_read(self, name: str) -> int:
+        """Model value of the section-9 CSRs: ``MLP_EPOCH_LO/HI``, ``MLP_SLOT``, ``MLP_LAG``,
+        ``SNAP_BUSY`` (the STATUS bit)."""
+        vals = {"MLP_EPOCH_LO": self.mlp_epoch & 0xFFFFFFFF, "MLP_EPOCH_HI": self.mlp_epoch >> 32,
+                "MLP_SLOT": self.mlp_slot, "MLP_LAG": self.mlp_lag,
+                "SNAP_BUSY": int(self.snap_busy)}
+        return vals[name]
+
+    def csr_write(self, name: str, value: int):
+        """Write a read/write section-9 CSR (only ``MLP_LAG``, 32 bit); a write to the
+        read-only ones is ``CSR_RO`` (value = its byte address), as the RTL reports it."""
+        value = int(value)
+        if name == "MLP_LAG":
+            if not 0 <= value < 1 << 32:
+                raise ValueError(f"MLP_LAG={value} does not fit 32 bits")
+            self.mlp_lag = value
+        elif name in ("MLP_EPOCH_LO", "MLP_EPOCH_HI", "MLP_SLOT"):
+            self._error(E.CSR_RO, CSR_ADDR[name])
+        else:
+            raise KeyError(f"csr_write: {name} is not modelled here")
+
+    def read_mlp_slot(self, mem: MemoryImage = None):
+        """``(epoch, payload)`` of the slot recovery would choose from ``mem`` (default the
+        device's memory) for the device's committed batch, or None (``read_mlp_slot``)."""
+        return read_mlp_slot(self.cfg, self.mem if mem is None else mem, self.committed)
 
     def set_table(self, t: int, base: int, rows: int, dim: int):
         """Program directory entry ``t`` (TABLE<t>_BASE/ROWS/DIM)."""
@@ -263,7 +414,8 @@ class TrainingDevice:
     # -- recovery (section 6) --------------------------------------------------------------------
     def recover(self) -> int:
         """CONTROL.RECOVER: format a fresh superblock or roll the open batch back from the undo
-        log (current records only), then ``recovery_epoch = E+1``. Sets ``ready``,
+        log (current records only), then ``recovery_epoch = E+1``, then choose the MLP slot
+        (section 9; none when formatting). Sets ``mlp_slot``/``mlp_epoch``, ``ready``,
         ``committed``, ``recovery_epoch``, ``recovered_records``; returns records applied.
         With descriptors pending it is refused (``CSR_BUSY``) and returns -1."""
         cfg, mem = self.cfg, self.mem
@@ -272,11 +424,13 @@ class TrainingDevice:
             return -1
         sb = unpack_fields(SB_FIELDS, mem.read(cfg.superblock_base, LINE_BYTES))
         applied = 0
-        if sb["magic"] != SB_MAGIC or sb["version"] != SB_VERSION:
+        formatting = sb["magic"] != SB_MAGIC or sb["version"] != SB_VERSION
+        if formatting:
             self._write(cfg.superblock_base, bytes(LINE_BYTES), "sb_format")
             word = SB_MAGIC | (SB_VERSION << 32)
             self._write(cfg.superblock_base, word.to_bytes(8, "little"), "sb_magic")
             c = epoch = 0
+            ch = None                    # a fresh superblock reports no MLP slot
         else:
             c, e = sb["committed"], sb["recovery_epoch"]
             open_batch = c + 1
@@ -308,8 +462,12 @@ class TrainingDevice:
             epoch = (e + 1) & (2**64 - 1)
             _, off, w = next(f for f in SB_FIELDS if f[0] == "recovery_epoch")
             self._write(cfg.superblock_base + off, epoch.to_bytes(w, "little"), "sb_epoch")
+            # section 9: choose the MLP slot (reads only)
+            ch = choose_mlp_slot(cfg, mem, c)
         self.committed = c
         self.recovery_epoch = epoch
+        self.mlp_slot, self.mlp_epoch = (0, 0) if ch is None else (ch[0] + 1, ch[1])
+        self.mlp_accepted = self.mlp_epoch
         self.logged.clear()
         self.next_slot = 0
         self.recovered_records = applied
@@ -386,8 +544,11 @@ class TrainingDevice:
         ctr = dict(rows=0, sat=0, lines=0, log_records=0)
         try:
             kind = d["kind"]
-            if kind not in (DescKind.LOOKUP, DescKind.UPDATE, DescKind.COMMIT):
+            if kind not in (DescKind.LOOKUP, DescKind.UPDATE, DescKind.COMMIT, DescKind.SNAPSHOT):
                 raise _Stop(E.UNKNOWN_KIND, kind)
+            if kind == DescKind.SNAPSHOT:
+                self._snapshot(d, ctr)
+                raise _Done
             if kind != DescKind.COMMIT and d["table"] >= N_TABLES:
                 raise _Stop(E.BAD_TABLE, d["table"])
             logged_kind = kind != DescKind.LOOKUP or (d["flags"] & FLAG_LOG)
@@ -400,12 +561,17 @@ class TrainingDevice:
             elif kind == DescKind.UPDATE:
                 self._update(d, ctr)
             else:
+                b = d["batch"]
+                if b - self.mlp_epoch > self.mlp_lag:     # nothing in flight: never waits
+                    raise _Stop(E.MLP_LAG, b - self.mlp_epoch)
                 ctr["log_records"] = self.next_slot
                 self._write(self.cfg.superblock_base + 8, d["batch"].to_bytes(8, "little"),
                             "commit")
                 self.logged.clear()
                 self.next_slot = 0
                 self.committed = d["batch"]
+        except _Done:
+            pass
         except _Stop as stop:
             cpl.update(status=stop.code, err_value=stop.value, err_bag=stop.bag)
             self._error(stop.code, stop.value)
@@ -413,6 +579,32 @@ class TrainingDevice:
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         cpl["seq"] = self.seq
         return pack_fields(CPL_FIELDS, cpl, CPL_BYTES)
+
+    def _snapshot(self, d, ctr):
+        """SNAPSHOT (section 9), atomically: checks, payload lines (payload bytes only), header,
+        superblock ``mlp_slot`` word; then ``active``/``MLP_*``. Raises _Stop on a check."""
+        cfg, mem = self.cfg, self.mem
+        e, src, n = d["batch"], d["data_addr"], d["length"]
+        if not self.mlp_accepted < e <= self.committed + 1:
+            raise _Stop(E.BAD_EPOCH, e)
+        if src >= 1 << cfg.addr_bits:
+            raise _Stop(E.ADDR_RANGE, src)
+        if n > snap_capacity(cfg):
+            raise _Stop(E.SNAP_LENGTH, n)
+        s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        if not (s0 <= src and (src + n <= s1 if n else src < s1)):
+            raise _Stop(E.ADDR_RANGE, src)
+        slot = 0 if self.mlp_slot == 0 else 2 - self.mlp_slot      # 1 - active
+        self.mlp_accepted = e
+        a = snap_slot_addr(cfg, slot)
+        payload = mem.read(src, n)
+        for j in range(0, n, LINE_BYTES):
+            self._write(a + LINE_BYTES + j, payload[j:j + LINE_BYTES], "snap_data")
+        self._write(a, make_snap_header(e, payload), "snap_header")
+        _, off, w = next(f for f in SB_FIELDS if f[0] == "mlp_slot")
+        self._write(cfg.superblock_base + off, (slot + 1).to_bytes(w, "little"), "snap_flip")
+        self.mlp_slot, self.mlp_epoch = slot + 1, e
+        ctr["lines"] = -(-n // LINE_BYTES)
 
     def _lookup(self, d, ctr):
         t = d["table"]
@@ -483,9 +675,11 @@ class TrainingDevice:
     # -- convenience layer -------------------------------------------------------------------------
     @staticmethod
     def make_desc(**fields) -> bytes:
-        """64-byte descriptor from ``DESC_FIELDS`` names (``out_addr``/``grads_addr`` alias
-        ``data_addr``)."""
-        for alias in ("out_addr", "grads_addr"):
+        """64-byte descriptor from ``DESC_FIELDS`` names (``out_addr``/``grads_addr``/
+        ``src_addr`` alias ``data_addr``; ``epoch`` aliases ``batch``)."""
+        if "epoch" in fields:
+            fields["batch"] = fields.pop("epoch")
+        for alias in ("out_addr", "grads_addr", "src_addr"):
             if alias in fields:
                 fields["data_addr"] = fields.pop(alias)
         return pack_fields(DESC_FIELDS, fields, DESC_BYTES)
@@ -519,6 +713,12 @@ class TrainingDevice:
         batch = self.committed + 1 if batch is None else batch
         return self.parse_cpl(self.execute(self.make_desc(kind=DescKind.COMMIT, tag=tag,
                                                           batch=batch)))
+
+    def snapshot(self, epoch, src_addr, length, tag=0) -> dict:
+        """SNAPSHOT of ``length`` bytes at ``src_addr`` as epoch ``epoch``."""
+        return self.parse_cpl(self.execute(self.make_desc(kind=DescKind.SNAPSHOT, tag=tag,
+                                                          batch=epoch, data_addr=src_addr,
+                                                          length=length)))
 
     # -- rings (section 3) -----------------------------------------------------------------------
     def configure_ring(self, cmd_base: int, cmd_size: int, cpl_base: int) -> DeviceError:

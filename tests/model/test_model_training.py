@@ -9,13 +9,15 @@ snapshots taken by the test, CSR addresses by reading hw/csr/regmap.json here.
 import json
 import pathlib
 import struct
+import zlib
 
 import numpy as np
 import pytest
 
 from hw.config import DEFAULT
 from hw.encodings import (CPL_FIELDS, DESC_FIELDS, FLAG_LOG, LOG_MAGIC, LOG_SLOT_BYTES, SB_MAGIC,
-                          SB_VERSION, DescKind, DeviceError as E, pack_fields, unpack_fields)
+                          SB_VERSION, SNAP_MAGIC, DescKind, DeviceError as E, pack_fields,
+                          unpack_fields)
 from sw_model.memory import MemoryImage
 from sw_model.training import CSR_ADDR, TrainingDevice, read_records
 from sw_model.workload import RegionAllocator
@@ -745,7 +747,7 @@ def test_descriptor_errors_leave_state_intact(seed):
     mk = TrainingDevice.make_desc
     cases = [
         (mk(kind=0, table=9, batch=7, tag=1), E.UNKNOWN_KIND, 0, 0),
-        (mk(kind=4, table=9, batch=7), E.UNKNOWN_KIND, 4, 4),
+        (mk(kind=DescKind.SNAPSHOT, table=9, batch=7), E.BAD_EPOCH, 7, 4),   # 7 > C + 1
         (mk(kind=255), E.UNKNOWN_KIND, 255, 255),
         (mk(kind=DescKind.UPDATE, table=8, batch=7), E.BAD_TABLE, 8, 2),
         (mk(kind=DescKind.LOOKUP, table=0xFFFF, batch=7), E.BAD_TABLE, 0xFFFF, 1),
@@ -1027,7 +1029,8 @@ REGMAP = {r["name"]: r["offset"] for r in json.loads(
 
 
 def test_csr_addr_from_regmap():
-    names = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI")
+    names = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI",
+             "MLP_EPOCH_LO", "MLP_EPOCH_HI", "MLP_SLOT", "MLP_LAG")
     assert CSR_ADDR == {n: REGMAP[n] for n in names}
     assert len(set(CSR_ADDR.values())) == len(names) and all(a % 4 == 0 for a in CSR_ADDR.values())
     assert CSR_ADDR["CMD_BASE_HI"] == CSR_ADDR["CMD_BASE_LO"] + 4
@@ -1037,3 +1040,414 @@ def test_csr_addr_from_regmap():
 def test_cpl_layout_roundtrip():
     vals = {n: (1 << (8 * w - 1)) + off for n, off, w in CPL_FIELDS}
     assert unpack_fields(CPL_FIELDS, pack_fields(CPL_FIELDS, vals, 64)) == vals
+
+
+# ---- MLP snapshots (docs/training.md section 9) --------------------------------------------------
+# References: slot addresses, header layout (struct) and CRC (zlib) computed here from the contract.
+
+SNAP_HDR = "<IIQI"                                 # magic crc epoch length, then 44 zero bytes
+SB_MLP_SLOT = CFG.superblock_base + 16             # SB_FIELDS mlp_slot word
+SMALL = CFG.with_(slots_size=64 * 41)              # slot_bytes = (1312 // 64) * 64 = 1280
+
+
+def ref_slot(cfg, i):
+    slot_bytes = (cfg.slots_size // 2) // 64 * 64
+    return cfg.slots_base + i * slot_bytes, slot_bytes - 64     # (slot address, capacity)
+
+
+def ref_snap_header(epoch, payload):
+    pad = bytes(-len(payload) % 64)
+    hdr0 = struct.pack(SNAP_HDR, SNAP_MAGIC, 0, epoch, len(payload)) + bytes(44)
+    crc = zlib.crc32(bytes(payload) + pad + hdr0) & 0xFFFFFFFF
+    return struct.pack(SNAP_HDR, SNAP_MAGIC, crc, epoch, len(payload)) + bytes(44)
+
+
+def guard_fill(mem, cfg, lines=70, byte=0xA5):
+    """Pattern over the first ``lines`` lines of both slots and the superblock's spare bytes."""
+    for i in (0, 1):
+        a, _ = ref_slot(cfg, i)
+        mem.write(a, bytes([byte]) * 64 * lines)
+
+
+def snap_rig(seed, cfg=CFG, **kw):
+    rig = Rig(seed, cfg, **kw)
+    rig.dev.on_write = rig.rec = Recorder()
+    return rig
+
+
+def stage_params(rig, n, offset=0):
+    """``n`` random bytes staged at a line + ``offset`` (any alignment) with junk around."""
+    a = rig.sa.alloc(n + 192) + 64 + offset
+    rig.mem.write(a - 64 - offset, rig.rng.integers(0, 256, n + 192, dtype=np.uint8).tobytes())
+    payload = rig.rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+    rig.mem.write(a, payload)
+    return a, payload
+
+
+@pytest.mark.parametrize("length,offset", [(0, 0), (1, 5), (63, 1), (64, 0), (65, 63),
+                                           (200, 37), (1216, 13), (4099, 0)])
+def test_snapshot_writes_slot_header_flip(seed, length, offset):
+    """SNAPSHOT writes payload line j with only payload bytes (guard bytes after it and the other
+    slot untouched), then the header (magic, zlib CRC over padded payload + header, epoch,
+    length), then the superblock mlp_slot word = slot + 1; completion OK, batch = epoch,
+    lines = ceil(length/64), counters 0."""
+    cfg = SMALL if length <= 1216 else CFG
+    rig = snap_rig(seed, cfg)
+    dev = rig.dev
+    guard_fill(rig.mem, cfg)
+    src, payload = stage_params(rig, length, offset)
+    before = rig.mem.copy()
+    c = dev.snapshot(1, src, length, tag=0x77)
+    msg = f"seed={seed} length={length} offset={offset}"
+    assert (c["status"], c["kind"], c["tag"], c["batch"]) == (E.OK, DescKind.SNAPSHOT, 0x77, 1), msg
+    assert (c["lines"], c["rows"], c["sat"], c["log_records"], c["err_bag"], c["err_value"]) == \
+        (-(-length // 64), 0, 0, 0, 0, 0), msg
+    a, _ = ref_slot(cfg, 0)
+    exp = before.copy()
+    exp.write(a + 64, payload)
+    exp.write(a, ref_snap_header(1, payload))
+    exp.write(SB_MLP_SLOT, (1).to_bytes(8, "little"))
+    assert rig.mem == exp, f"{msg}: {rig.mem.diff(exp)}"
+    whats = [w for _, _, w in rig.rec.writes]
+    n_lines = -(-length // 64)
+    assert whats == ["snap_data"] * n_lines + ["snap_header", "snap_flip"], msg
+    for j, (wa, wd, _) in enumerate(rig.rec.writes[:n_lines]):
+        assert (wa, len(wd)) == (a + 64 + 64 * j, min(64, length - 64 * j)), msg
+    assert (dev.mlp_slot, dev.mlp_epoch, dev.mlp_accepted) == (1, 1, 1), msg
+    assert (dev.csr_read("MLP_SLOT"), dev.csr_read("MLP_EPOCH_LO"), dev.csr_read("SNAP_BUSY")) \
+        == (1, 1, 0)
+    assert dev.read_mlp_slot() is None, msg            # epoch 1 > C = 0: not recoverable yet
+    assert dev.commit()["status"] == E.OK
+    assert dev.read_mlp_slot() == (1, payload), msg
+    assert not dev.status_error and dev.err_count == 0
+
+
+def test_snapshot_checks_in_order(seed):
+    """BAD_EPOCH (A < e <= C+1), ADDR_RANGE (>= 2^addr_bits), SNAP_LENGTH (> capacity),
+    ADDR_RANGE (staging), in that order; an error writes nothing and changes no MLP state;
+    table/flags/n_bags/lr are ignored, the batch check does not apply."""
+    cfg = SMALL
+    rig = snap_rig(seed, cfg)
+    dev = rig.dev
+    _, cap = ref_slot(cfg, 0)
+    s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    wide = 1 << cfg.addr_bits
+    src, payload = stage_params(rig, 100, 3)
+    assert dev.snapshot(1, src, 100)["status"] == E.OK          # A = 1, C = 0
+    for _ in range(2):
+        dev.commit()                                            # C = 2, open batch 3
+    assert dev.snapshot(2, src, 50)["status"] == E.OK           # A = 2 (slot B)
+    mk = TrainingDevice.make_desc
+    K4 = DescKind.SNAPSHOT
+    cases = [  # (descriptor, status, value)
+        (mk(kind=K4, batch=2, data_addr=src, length=10), E.BAD_EPOCH, 2),        # e == A
+        (mk(kind=K4, batch=1, data_addr=src, length=10), E.BAD_EPOCH, 1),        # e < A
+        (mk(kind=K4, batch=4, data_addr=src, length=10), E.BAD_EPOCH, 4),        # e > C + 1
+        (mk(kind=K4, batch=0, data_addr=wide, length=cap + 1), E.BAD_EPOCH, 0),
+        (mk(kind=K4, batch=2**64 - 1, data_addr=src), E.BAD_EPOCH, 2**64 - 1),
+        (mk(kind=K4, batch=3, data_addr=wide, length=cap + 1), E.ADDR_RANGE, wide),
+        (mk(kind=K4, batch=3, data_addr=2**64 - 1, length=1), E.ADDR_RANGE, 2**64 - 1),
+        (mk(kind=K4, batch=3, data_addr=wide + s0, length=0), E.ADDR_RANGE, wide + s0),
+        (mk(kind=K4, batch=3, data_addr=cfg.table_base, length=cap + 1), E.SNAP_LENGTH, cap + 1),
+        (mk(kind=K4, batch=3, data_addr=src, length=2**32 - 1), E.SNAP_LENGTH, 2**32 - 1),
+        (mk(kind=K4, batch=3, data_addr=s0 - 1, length=4), E.ADDR_RANGE, s0 - 1),
+        (mk(kind=K4, batch=3, data_addr=cfg.slots_base, length=4), E.ADDR_RANGE, cfg.slots_base),
+        (mk(kind=K4, batch=3, data_addr=s1 - 99, length=100), E.ADDR_RANGE, s1 - 99),
+        (mk(kind=K4, batch=3, data_addr=s1, length=0), E.ADDR_RANGE, s1),
+        (mk(kind=K4, batch=3, data_addr=s0 - 64, length=0), E.ADDR_RANGE, s0 - 64),
+    ]
+    mem0, n0 = rig.mem.copy(), dev.err_count
+    for i, (desc, code, value) in enumerate(cases):
+        c = TrainingDevice.parse_cpl(dev.execute(desc))
+        assert (c["status"], c["err_value"], c["kind"]) == (code, value, K4), f"case {i}: {c}"
+        assert (c["rows"], c["sat"], c["lines"], c["log_records"], c["err_bag"]) == (0,) * 5
+        assert c["batch"] == unpack_fields(DESC_FIELDS, desc)["batch"]
+        assert (dev.err_code, dev.err_value, dev.err_count) == (code, value, n0 + i + 1)
+        assert rig.mem == mem0, f"case {i}: {rig.mem.diff(mem0)}"
+        assert (dev.mlp_slot, dev.mlp_epoch, dev.mlp_accepted, dev.committed) == (2, 2, 2, 2)
+    # edges that pass: the end of staging (length 0 at its last byte), capacity exactly,
+    # ignored fields; each alternates the slot
+    rig.mem.write(s1 - 100, bytes(range(100)))
+    ok = [(mk(kind=K4, batch=3, data_addr=s1 - 100, length=100, table=0xFFFF, flags=0xFF,
+              n_bags=7, lr=9, offsets_addr=wide), 2),
+          (mk(kind=K4, batch=3, data_addr=s0, length=cap), 1)]
+    for desc, lines in ok[:1]:
+        c = TrainingDevice.parse_cpl(dev.execute(desc))
+        assert (c["status"], c["lines"]) == (E.OK, lines), c
+    assert (dev.mlp_slot, dev.mlp_epoch) == (1, 3)
+    assert rig.mem.read(ref_slot(cfg, 0)[0] + 64, 100) == bytes(range(100))
+    dev.commit()                                                # C = 3
+    for e, (a, n) in ((4, (s0, cap)), (5, (s1 - 1, 0))):
+        if e == 5:
+            dev.commit()
+        c = dev.snapshot(e, a, n)
+        assert (c["status"], c["lines"]) == (E.OK, -(-n // 64)), (e, c)
+    assert (dev.mlp_slot, dev.mlp_epoch) == (1, 5)
+    assert rig.mem.read(ref_slot(cfg, 0)[0], 64) == ref_snap_header(5, b"")
+    assert rig.mem.read(ref_slot(cfg, 1)[0], 64) == ref_snap_header(4, rig.mem.read(s0, cap))
+
+
+def test_snapshot_slots_alternate(seed):
+    """Slots A, B, A, ...; the other slot keeps its complete older snapshot."""
+    rig = snap_rig(seed)
+    dev = rig.dev
+    kept = {}
+    for e in range(1, 6):
+        src, payload = stage_params(rig, int(rig.rng.integers(0, 300)), int(rig.rng.integers(64)))
+        assert dev.snapshot(e, src, len(payload))["status"] == E.OK
+        slot = (e - 1) % 2
+        kept[slot] = (e, payload)
+        assert (dev.mlp_slot, dev.mlp_epoch) == (slot + 1, e)
+        assert rig.mem.read(SB_MLP_SLOT, 8) == (slot + 1).to_bytes(8, "little")
+        for i, (ke, kp) in kept.items():
+            a, _ = ref_slot(CFG, i)
+            assert rig.mem.read(a, 64) == ref_snap_header(ke, kp), (seed, e, i)
+            assert rig.mem.read(a + 64, len(kp)) == kp, (seed, e, i)
+        assert dev.commit()["status"] == E.OK
+
+
+def test_commit_lag_check(seed):
+    """k = MLP_LAG (reset 0xFFFFFFFF = no bound): COMMIT(b) proceeds iff b - P <= k, else
+    MLP_LAG (value b - P) after the batch check, nothing written, the batch stays open."""
+    rig = snap_rig(seed)
+    dev = rig.dev
+    assert dev.mlp_lag == dev.csr_read("MLP_LAG") == 0xFFFFFFFF
+    d, _ = rig.stage_update(0, [0, 2], [1, 2])
+    for _ in range(3):                                     # no bound: commits without snapshots
+        dev.update(**d)
+        assert dev.commit()["status"] == E.OK
+    dev.csr_write("MLP_LAG", 2)
+    assert dev.mlp_lag == 2
+    dev.update(**d)                                        # batch 4 open, P = 0: lag 4
+    mem0, slot0, n0 = rig.mem.copy(), dev.next_slot, dev.err_count
+    c = dev.commit(batch=5)
+    assert (c["status"], c["err_value"]) == (E.WRONG_BATCH, 5)      # batch check first
+    c = dev.commit()
+    assert (c["status"], c["err_value"], c["batch"], c["log_records"]) == (E.MLP_LAG, 4, 4, 0)
+    assert (dev.err_code, dev.err_value, dev.err_count) == (E.MLP_LAG, 4, n0 + 2)
+    assert rig.mem == mem0 and dev.committed == 3 and dev.next_slot == slot0
+    src, payload = stage_params(rig, 70)
+    assert dev.snapshot(2, src, 70)["status"] == E.OK       # P = 2: lag 2 <= 2
+    c = dev.commit()
+    assert (c["status"], c["batch"], c["log_records"]) == (E.OK, 4, slot0)
+    assert dev.commit()["status"] == E.MLP_LAG              # b = 5, lag 3
+    dev.csr_write("MLP_LAG", 3)
+    assert dev.commit()["status"] == E.OK
+    dev.csr_write("MLP_LAG", 0)                             # k = 0: snapshot of b itself
+    c = dev.commit()
+    assert (c["status"], c["err_value"]) == (E.MLP_LAG, 4)
+    assert dev.snapshot(6, src, 0)["status"] == E.OK
+    assert dev.commit()["status"] == E.OK and dev.committed == 6
+    # reset brings the CSR back to no bound; recovery restores P from the slot
+    dev.reset()
+    dev.recover()
+    assert (dev.mlp_lag, dev.mlp_slot, dev.mlp_epoch, dev.mlp_accepted) == (0xFFFFFFFF, 2, 6, 6)
+    dev.csr_write("MLP_LAG", 1)
+    assert dev.commit()["status"] == E.OK                   # 7 - 6 = 1
+    c = dev.commit()
+    assert (c["status"], c["err_value"]) == (E.MLP_LAG, 2)
+    # read-only MLP registers: CSR_RO with the register's address
+    for name in ("MLP_SLOT", "MLP_EPOCH_LO", "MLP_EPOCH_HI"):
+        dev.csr_write(name, 1)
+        assert (dev.err_code, dev.err_value) == (E.CSR_RO, REGMAP[name])
+    assert dev.mlp_slot == 2
+    with pytest.raises(ValueError):
+        dev.csr_write("MLP_LAG", 1 << 32)
+
+
+def write_slot(mem, cfg, i, epoch, payload, tail=b""):
+    a, _ = ref_slot(cfg, i)
+    mem.write(a + 64, payload + tail)
+    mem.write(a, ref_snap_header(epoch, payload))
+
+
+def test_recovery_slot_choice(seed):
+    """Valid = magic, length <= capacity, epoch <= C, CRC (bytes past length in the last line
+    taken as 0); the larger epoch wins, A on a tie; none -> 0/0; fresh format reports none; the
+    superblock mlp_slot word is not trusted; recovery writes no slot byte."""
+    cfg = SMALL
+    rng = np.random.default_rng(seed)
+    _, cap = ref_slot(cfg, 0)
+    pa = rng.integers(0, 256, 130, dtype=np.uint8).tobytes()
+    pb = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    junk = rng.integers(1, 256, 62, dtype=np.uint8).tobytes()
+
+    def recover(mem):
+        dev = TrainingDevice(cfg, mem)
+        dev.on_write = rec = Recorder()
+        dev.recover()
+        slots0, slots1 = cfg.slots_base, cfg.slots_base + cfg.slots_size
+        assert all(not slots0 <= a < slots1 for a, _, _ in rec.writes)
+        return dev
+
+    # a fresh superblock reports none even over valid-looking slots
+    mem = MemoryImage(1 << cfg.addr_bits)
+    write_slot(mem, cfg, 0, 0, pa)
+    dev = recover(mem)
+    assert (dev.mlp_slot, dev.mlp_epoch, dev.read_mlp_slot()) == (0, 0, (0, pa))
+    # formatted, C = 7, slots empty
+    mem.write(cfg.superblock_base + 8, (7).to_bytes(8, "little"))
+    mem.write(ref_slot(cfg, 0)[0], bytes(64 * 4))
+
+    def case(ea, eb, word=0, corrupt=None, exp=None, what=""):
+        m = mem.copy()
+        if ea is not None:
+            write_slot(m, cfg, 0, ea, pa, junk)           # junk after the payload's last byte
+        if eb is not None:
+            write_slot(m, cfg, 1, eb, pb)
+        if corrupt:
+            corrupt(m)
+        m.write(SB_MLP_SLOT, word.to_bytes(8, "little"))
+        img = m.copy()
+        dev = recover(m)
+        got = (dev.mlp_slot, dev.mlp_epoch, dev.mlp_accepted)
+        assert got == exp, f"seed={seed} {what}: {got} != {exp}"
+        assert dev.csr_read("MLP_SLOT") == exp[0]
+        want = None if exp[0] == 0 else (exp[1], pa if exp[0] == 1 else pb)
+        assert dev.read_mlp_slot() == want, what
+        d2 = recover(m)                                     # idempotent
+        assert (d2.mlp_slot, d2.mlp_epoch) == exp[:2], what
+        diff = m.diff(img)
+        assert all(a // 64 * 64 == cfg.superblock_base for a, _ in diff), what
+        return dev
+
+    def flip(i, off, bit=1):
+        def f(m):
+            a = ref_slot(cfg, i)[0] + off
+            m.write(a, bytes([m.read(a, 1)[0] ^ bit]))
+        return f
+
+    case(None, None, exp=(0, 0, 0), what="none written")
+    case(3, 5, word=1, exp=(2, 5, 5), what="B newer, word says A")
+    case(6, 5, word=2, exp=(1, 6, 6), what="A newer, word says B")
+    case(7, 7, exp=(1, 7, 7), what="tie -> A")
+    case(8, 5, exp=(2, 5, 5), what="A epoch > C")
+    case(8, 9, exp=(0, 0, 0), what="both > C")
+    case(6, 5, corrupt=flip(0, 64 + 17), exp=(2, 5, 5), what="torn A payload")
+    case(6, 5, corrupt=flip(0, 64 + 129, 0x80), exp=(2, 5, 5), what="torn A last payload byte")
+    case(6, 5, corrupt=flip(0, 4), exp=(2, 5, 5), what="A crc")
+    case(6, 5, corrupt=flip(0, 0), exp=(2, 5, 5), what="A magic")
+    case(6, 5, corrupt=flip(0, 8), exp=(2, 5, 5), what="A epoch")
+    case(6, 5, corrupt=flip(0, 30), exp=(2, 5, 5), what="A spare header byte")
+    case(6, 5, corrupt=flip(1, 64), exp=(1, 6, 6), what="torn B")
+    case(6, 5, corrupt=lambda m: (flip(0, 70)(m), flip(1, 70)(m)), exp=(0, 0, 0), what="both")
+    case(6, 5, corrupt=flip(0, 64 + 130), exp=(1, 6, 6), what="byte past length ignored")
+
+    def too_long(m):            # a header claiming more than the capacity, CRC made to match
+        a = ref_slot(cfg, 0)[0]
+        m.write(a, struct.pack(SNAP_HDR, SNAP_MAGIC, 0, 6, cap + 1) + bytes(44))
+    case(6, 5, corrupt=too_long, exp=(2, 5, 5), what="length > capacity")
+    # capacity exactly is valid
+    m = mem.copy()
+    big = rng.integers(0, 256, cap, dtype=np.uint8).tobytes()
+    write_slot(m, cfg, 1, 4, big)
+    assert recover(m).read_mlp_slot() == (4, big)
+    # after recovery A = P = the recovered epoch; the next snapshot uses the other slot
+    m = mem.copy()
+    write_slot(m, cfg, 0, 6, pa)
+    dev = recover(m)
+    src = cfg.staging_base + 4096
+    m.write(src, pb)
+    c = dev.snapshot(6, src, 64)
+    assert (c["status"], c["err_value"]) == (E.BAD_EPOCH, 6)
+    assert dev.snapshot(8, src, 64)["status"] == E.OK and dev.mlp_slot == 2
+    assert m.read(ref_slot(cfg, 0)[0] + 64, 130) == pa
+
+
+def test_mlp_epoch_csr_hi(seed):
+    """MLP_EPOCH_HI:LO hold a 64-bit epoch (recovered from a slot with epoch >= 2^32)."""
+    e = (5 << 32) | 0x1234 | (seed & 0xFF)
+    mem = MemoryImage(1 << CFG.addr_bits)
+    TrainingDevice(CFG, mem).recover()
+    mem.write(CFG.superblock_base + 8, e.to_bytes(8, "little"))
+    write_slot(mem, CFG, 1, e, b"xyz")
+    dev = TrainingDevice(CFG, mem)
+    dev.recover()
+    assert (dev.csr_read("MLP_EPOCH_HI"), dev.csr_read("MLP_EPOCH_LO")) == (5, e & 0xFFFFFFFF)
+    assert (dev.mlp_slot, dev.read_mlp_slot()) == (2, (e, b"xyz"))
+
+
+def test_snapshot_through_ring(seed):
+    """SNAPSHOT via the ring: its completion record is written after the snapshot's writes."""
+    rig = snap_rig(seed)
+    dev = rig.dev
+    cmd, cpl = rig.sa.alloc(4 * 64), rig.sa.alloc(4 * 64)
+    dev.configure_ring(cmd, 4, cpl)
+    src, payload = stage_params(rig, 99, 7)
+    dev.csr_write("MLP_LAG", 0)
+    descs = [TrainingDevice.make_desc(kind=DescKind.SNAPSHOT, batch=1, data_addr=src, length=99,
+                                      tag=1),
+             TrainingDevice.make_desc(kind=DescKind.COMMIT, batch=1, tag=2),
+             TrainingDevice.make_desc(kind=DescKind.SNAPSHOT, batch=1, data_addr=src, tag=3)]
+    for i, d in enumerate(descs):
+        rig.mem.write(cmd + 64 * i, d)
+    rig.rec.writes.clear()
+    assert dev.doorbell(3) == E.OK
+    out = dev.process()
+    assert [(c["status"], c["lines"], c["seq"]) for c in out] == [
+        (E.OK, 2, 1), (E.OK, 0, 2), (E.BAD_EPOCH, 0, 3)]
+    assert [w for _, _, w in rig.rec.writes] == ["snap_data", "snap_data", "snap_header",
+                                                 "snap_flip", "cpl", "commit", "cpl", "cpl"]
+    assert dev.read_mlp_slot() == (1, payload)
+
+
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_crash_campaign_with_snapshots(seed, k):
+    """Host protocol of section 9 (params alternate between two staging buffers, SNAPSHOT(b)
+    when b - A >= max(k, 1), then COMMIT(b)) over 7 batches of LOOKUP+LOG / UPDATE, one batch
+    aborted by reset + RECOVER and retried. Crash after every device write: recovery gives the
+    tables of the last COMMIT that landed, C - k <= m <= C for the recovered epoch m, and the
+    recovered slot's payload equals what the host wrote for epoch m (m = 0: no slot)."""
+    seed = seed * 10 + k
+    rig = Rig(seed, extreme=0.05)
+    dev = rig.dev
+    dev.csr_write("MLP_LAG", k)
+    bufs = [rig.sa.alloc(600) + int(rig.rng.integers(0, 64)) for _ in range(2)]
+    batches = batches_for(rig, 7)
+    staged = [[(kind, (rig.stage_lookup(t, o, i) if kind == "L" else
+                       rig.stage_update(t, o, i)[0])) for kind, t, o, i in b] for b in batches]
+    base = rig.mem.copy()
+    rec = Recorder()
+    dev.on_write = rec
+    snaps = {0: dev.snapshot_tables()}
+    params = {}
+    n_snap = 0
+    for b, batch in enumerate(staged, start=1):
+        for attempt in range(2 if b == 4 else 1):
+            for kind, d in batch:
+                c = dev.lookup(**d, log=True) if kind == "L" else dev.update(**d)
+                assert c["status"] == E.OK, c
+            if attempt == 0 and b == 4:
+                dev.reset()                          # abort after the batch's updates
+                dev.on_write = rec
+                dev.recover()
+                dev.csr_write("MLP_LAG", k)
+                assert dev.snapshot_tables() == snaps[3]
+        if b - dev.mlp_accepted >= max(k, 1):
+            p = rig.rng.integers(0, 256, int(rig.rng.integers(0, 520)), dtype=np.uint8).tobytes()
+            src = bufs[n_snap % 2]
+            n_snap += 1
+            rig.mem.write(src, p)
+            params[b] = p
+            assert dev.snapshot(b, src, len(p))["status"] == E.OK
+        assert dev.commit()["status"] == E.OK, (seed, b)
+        snaps[b] = dev.snapshot_tables()
+    whats = [w for _, _, w in rec.writes]
+    assert whats.count("snap_flip") == n_snap >= 7 // max(k, 1) - 1
+    img = base.copy()
+    seen = set()
+    for cut in range(len(rec.writes) + 1):
+        d = fresh_device(rig.cfg, img.copy(), rig)
+        d.recover()
+        msg = f"seed={seed} k={k} crash after write {cut}/{len(rec.writes)}"
+        C, m = d.committed, d.mlp_epoch
+        assert C == whats[:cut].count("commit"), msg
+        assert d.snapshot_tables() == snaps[C], msg
+        assert C - k <= m <= C, f"{msg}: C={C} m={m}"
+        got = d.read_mlp_slot()
+        assert got == (None if m == 0 else (m, params[m])), msg
+        assert d.mlp_slot == (0 if m == 0 else d.mlp_slot) and (d.mlp_slot == 0) == (m == 0)
+        seen.add((C, m))
+        if cut < len(rec.writes):
+            img.write(*rec.writes[cut][:2])
+    assert len(seen) >= 7, seen

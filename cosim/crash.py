@@ -189,7 +189,17 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
     a = p.parse_args(argv)
-    from hw.config import named
+    from hw.config import CONFIGS, named
+    if a.points < 1 or a.latency < 1 or a.write_latency < 1 or a.chunk < 1:
+        p.error("--points, --latency, --write-latency and --chunk must be >= 1")
+    if a.config not in CONFIGS:
+        p.error(f"--config {a.config!r}: one of {sorted(CONFIGS)}")
+    try:
+        a.workload = json.loads(a.workload)
+    except json.JSONDecodeError as e:
+        p.error(f"--workload is not JSON: {e}")
+    if not isinstance(a.workload, dict):
+        p.error("--workload must be a JSON object of make_workload keyword arguments")
     if a.cycles:
         spec = a.cycles
     elif a.cycle_range:
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
         spec = f"random:{a.points}"
     rep = run_campaign(points=spec, seed=a.seed, cfg=named(a.config), latency=a.latency,
                        write_latency=a.write_latency, chunk=a.chunk, mutate=a.mutate,
-                       out=a.out, workload=json.loads(a.workload), via_host=not a.backdoor,
+                       out=a.out, workload=a.workload, via_host=not a.backdoor,
                        progress=not a.no_progress)
     print(f"crash campaign seed {a.seed} ({spec}): {rep['tried']} points tried, "
           f"{rep['recovered']} recovered, {rep['identical']} bit-identical, "

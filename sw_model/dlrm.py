@@ -458,3 +458,27 @@ def synthetic_data(cfg: DLRMConfig) -> Callable[[int], ClickData]:
     """``b -> batch b`` of the synthetic click log of ``cfg`` (train split, cfg.batch_size)."""
     gen = ClickLogGenerator(cfg.clicklog())
     return lambda b: gen.batch(b, cfg.batch_size)
+
+
+def npz_data(path, batch_size: int, eval_fraction: float = 0.1):
+    """A user's click log (npz, docs/dlrm.md) as training data: ``(data, n_batches, eval_data,
+    table_rows)`` where ``data(b)`` is batch ``b`` (1-based) of the first ``1 - eval_fraction``
+    of the samples in file order, ``n_batches`` how many whole batches that holds, and
+    ``eval_data`` the rest (the held-out set). Raises ClickLogFormatError / ValueError."""
+    from .clicklog import load_npz
+    if not 0 < eval_fraction < 1:
+        raise ValueError(f"eval_fraction must be in (0, 1), got {eval_fraction}")
+    full = load_npz(path)
+    n_train = int(full.n * (1 - eval_fraction))
+    n_batches = n_train // batch_size
+    if n_batches < 1 or n_train >= full.n:
+        raise ValueError(f"{path}: {full.n} samples are too few for batches of {batch_size} "
+                         f"and a held-out {eval_fraction:.0%}")
+    train_part, eval_data = full.slice(0, n_train), full.slice(n_train, full.n)
+
+    def data(b: int) -> ClickData:
+        if not 1 <= b <= n_batches:
+            raise IndexError(f"batch {b} outside 1..{n_batches} of {path}")
+        return train_part.slice((b - 1) * batch_size, b * batch_size)
+
+    return data, n_batches, eval_data, tuple(int(r) for r in full.table_rows)

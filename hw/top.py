@@ -8,9 +8,10 @@ data; register map docs/registers.md); ``m_axi__*`` (AXI4 master to the PMEM con
 ``err_code``, ``err_addr``, ``bisnp_sent``, ``conflicts``, ``proto_errors``).
 
 Blocks: CSR block → command processor (rings in staging) → gather (LOOKUP, with the undo-log
-tee), update engine, undo logger, persist engine (COMMIT, recovery); their device request ports
-share the DCOH's device port through a fixed-priority mux (ids: docs/training.md section 8);
-DCOH → media adapter → ``m_axi``.
+tee), update engine, undo logger, persist engine (COMMIT, recovery, MLP slot choice), snapshot
+engine (the background copy of SNAPSHOT); their device request ports share the DCOH's device
+port through a fixed-priority mux (ids: docs/training.md section 8; the snapshot engine has the
+lowest priority); DCOH → media adapter → ``m_axi``.
 """
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
@@ -26,6 +27,7 @@ from .encodings import N_TABLES
 from .gather import GatherReduce
 from .media_axi import MediaAXI
 from .persist.engine import PersistEngine
+from .snapshot import SnapshotEngine
 from .port_mux import RequestPortMux
 from .undolog.logger import UndoLogger
 from .update.engine import UpdateEngine
@@ -35,7 +37,7 @@ __all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS"]
 TOP_NAME = "trainingcxl_device"
 # requesters on the DCOH device port, highest priority first (docs/training.md section 8)
 PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("logger", (8, 9)), ("gather", (0, 1, 2)),
-            ("update", (4, 5, 6, 7)))
+            ("update", (4, 5, 6, 7)), ("snapshot", (11,)))
 
 
 class TrainingCXLDevice(wiring.Component):
@@ -64,14 +66,15 @@ class TrainingCXLDevice(wiring.Component):
         m.submodules.gather = gather = GatherReduce(cfg)
         m.submodules.update = update = UpdateEngine(cfg)
         m.submodules.logger = logger = UndoLogger(cfg)
-        m.submodules.persist = persist = PersistEngine(cfg)
+        m.submodules.persist = persist = PersistEngine(cfg, snapshots=True)
+        m.submodules.snapshot = snap = SnapshotEngine(cfg)
         m.submodules.dcoh = dcoh = DCOH(cfg)
         m.submodules.media = media = MediaAXI(cfg)
 
         # ---- device request ports → DCOH → media -------------------------------------------
         m.submodules.mux = mux = RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS])
         engines = {"cmdproc": cp, "persist": persist, "logger": logger, "gather": gather,
-                   "update": update}
+                   "update": update, "snapshot": snap}
         for i, (name, _) in enumerate(PORT_IDS):
             wiring.connect(m, engines[name].mem, getattr(mux, f"req_{i}"))
         wiring.connect(m, mux.mem, dcoh.dev)
@@ -106,6 +109,17 @@ class TrainingCXLDevice(wiring.Component):
             cp.persist_busy.eq(persist.busy),
             persist.recover.eq(cp.recover),
         ]
+        # ---- snapshot engine (docs/training.md section 9) -------------------------------------
+        wiring.connect(m, cp.snap_start, snap.start)
+        m.d.comb += [
+            cp.snap_busy.eq(snap.busy), cp.snap_accepted.eq(snap.accepted),
+            cp.snap_epoch.eq(snap.mlp_epoch), cp.mlp_lag.eq(csr.mlp_lag),
+            # a media error of the background copy: ERR_CODE = MEDIA, value = its epoch
+            cp.snap_err.eq(snap.err), cp.snap_err_value.eq(snap.err_value),
+            # recovery's slot choice; a RECOVER waits for a copy in flight to end
+            persist.snap_busy.eq(snap.busy), snap.load.eq(persist.mlp_load),
+            snap.load_slot.eq(persist.mlp_slot), snap.load_epoch.eq(persist.mlp_epoch),
+        ]
 
         # ---- CSRs ↔ command processor ---------------------------------------------------------
         for r in RING_REGS:
@@ -131,7 +145,8 @@ class TrainingCXLDevice(wiring.Component):
             csr.status_recovering.eq(persist.recovering),
             csr.committed_lo.eq(persist.committed[:32]),
             csr.committed_hi.eq(persist.committed[32:]),
-            csr.mlp_epoch_lo.eq(0), csr.mlp_epoch_hi.eq(0),
+            csr.mlp_epoch_lo.eq(snap.mlp_epoch[:32]), csr.mlp_epoch_hi.eq(snap.mlp_epoch[32:]),
+            csr.mlp_slot.eq(snap.mlp_slot), csr.status_snap_busy.eq(snap.busy),
             csr.recovered_records.eq(persist.recovered_records),
             csr.log_slot.eq(logger.records),
         ]

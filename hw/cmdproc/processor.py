@@ -5,7 +5,10 @@ Contract: docs/training.md sections 1-3. One descriptor at a time, in ring order
 FETCH (RdCur of the descriptor line, id 3) → DECODE (kind, table id, batch, widths; docs order)
 → the engine (LOOKUP: gather; its undo records may still be in flight when it completes.
 UPDATE: first wait until the undo logger is idle, so every record is persistent before any
-in-place write, then the update engine. COMMIT: the same wait, then the persist engine)
+in-place write, then the update engine. COMMIT: the MLP lag check (docs/training.md section
+9; waits while an in-flight snapshot would satisfy it), the same wait, then the persist engine.
+SNAPSHOT: its checks, a wait while a snapshot is in flight, then the snapshot engine is started
+and the completion written at once, the copy running in the background)
 → CPL (write the completion line, id 3, wait for its write response) → head += 1 and an
 ``irq_cpl`` pulse.
 
@@ -24,6 +27,7 @@ from ..encodings import (CPL_FIELDS, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG, FLAG_N
                          DescKind, DeviceError)
 from ..gather.layouts import cmd_layout as lookup_cmd_layout, cpl_layout as lookup_cpl_layout
 from ..reqport import DeviceRequestSignature, RD_CUR
+from ..snapshot.engine import snap_capacity, start_layout as snap_start_layout
 from ..update.layouts import update_cmd_layout, update_cpl_layout
 
 __all__ = ["CommandProcessor", "RING_REGS", "CMDPROC_ID"]
@@ -59,6 +63,12 @@ class CommandProcessor(wiring.Component):
     - update: ``up_cmd`` Out stream, ``up_cpl`` In stream.
     - persist: ``committed`` In(64), ``ready`` In(1), ``persist_busy`` In(1), ``commit`` Out
       stream {batch}, ``commit_done`` In stream {err_code}.
+    - snapshot engine (section 9): ``snap_start`` Out stream ``{epoch, src, length}``,
+      ``snap_busy`` In(1) (a copy in flight), ``snap_accepted`` In(64) (A, the epoch of the last
+      accepted snapshot), ``snap_epoch`` In(64) (P, the last completed or recovered one; changes
+      in the cycle ``snap_busy`` falls), ``snap_err`` In(1) pulse with ``snap_err_value`` In(64):
+      a media error of the background copy, reported as ``MEDIA`` (lowest priority of the error
+      events of a cycle); ``mlp_lag`` In(32) (the ``MLP_LAG`` CSR, k).
     - ``busy`` Out(1) (descriptor executing or pending), counters ``cyc_lookup``, ``cyc_update``,
       ``cyc_commit``, ``desc_done``, ``upd_stalls``, ``sat_total``, ``log_total`` (undo records
       written by LOOKUPs and UPDATEs) Out(32).
@@ -93,6 +103,9 @@ class CommandProcessor(wiring.Component):
             "cyc_lookup": Out(32), "cyc_update": Out(32), "cyc_commit": Out(32),
             "desc_done": Out(32), "upd_stalls": Out(32), "sat_total": Out(32),
             "log_total": Out(32),
+            "snap_start": Out(stream.Signature(snap_start_layout(ab))),
+            "snap_busy": In(1), "snap_accepted": In(64), "snap_epoch": In(64),
+            "snap_err": In(1), "snap_err_value": In(64), "mlp_lag": In(32),
         }
         for r in RING_REGS:
             members[r] = In(32)
@@ -128,7 +141,7 @@ class CommandProcessor(wiring.Component):
         ev_valid = Signal()            # one error event this cycle (priority mux below)
         ev_code = Signal(8)
         ev_value = Signal(64)
-        ev_count = Signal(2)
+        ev_count = Signal(3)
         with m.If(self.err_clear):
             m.d.sync += self.error.eq(0)
         with m.If(ev_valid):
@@ -212,6 +225,7 @@ class CommandProcessor(wiring.Component):
         offsets_addr = _field(desc, DESC_FIELDS, "offsets_addr")
         indices_addr = _field(desc, DESC_FIELDS, "indices_addr")
         data_addr = _field(desc, DESC_FIELDS, "data_addr")
+        length = _field(desc, DESC_FIELDS, "length")
 
         t_base = Signal(64)
         t_rows = Signal(32)
@@ -228,6 +242,8 @@ class CommandProcessor(wiring.Component):
         is_lookup = kind == DescKind.LOOKUP
         is_update = kind == DescKind.UPDATE
         is_commit = kind == DescKind.COMMIT
+        is_snap = kind == DescKind.SNAPSHOT
+        is_lu = is_lookup | is_update
         log_flag = (flags & FLAG_LOG) != 0
         checks_batch = (is_lookup & log_flag) | is_update | is_commit
 
@@ -236,15 +252,37 @@ class CommandProcessor(wiring.Component):
 
         pre_code = Signal(8)
         pre_value = Signal(64)
+        # SNAPSHOT (section 9): epoch in (A, C+1], source address width, length, staging range
+        snap_cap = snap_capacity(cfg)
+        len_bad = (length > snap_cap) if snap_cap < (1 << 32) - 1 else 0
+        src_in = ((data_addr >= s_base) if s_base else 1) & Mux(
+            length == 0, data_addr < s_end, data_addr + length <= s_end)
         checks = [
-            (~(is_lookup | is_update | is_commit), DeviceError.UNKNOWN_KIND, kind),
-            (~is_commit & (table >= N_TABLES), DeviceError.BAD_TABLE, table),
+            (~(is_lu | is_commit | is_snap), DeviceError.UNKNOWN_KIND, kind),
+            (is_lu & (table >= N_TABLES), DeviceError.BAD_TABLE, table),
             (checks_batch & (batch != open_batch), DeviceError.WRONG_BATCH, batch),
-            (~is_commit & (t_dim >> 16 != 0), DeviceError.BAD_DIM, t_dim),
-            (~is_commit & too_wide(t_base), DeviceError.ADDR_RANGE, t_base),
-            (~is_commit & too_wide(offsets_addr), DeviceError.ADDR_RANGE, offsets_addr),
-            (~is_commit & too_wide(indices_addr), DeviceError.ADDR_RANGE, indices_addr),
-            (~is_commit & too_wide(data_addr), DeviceError.ADDR_RANGE, data_addr),
+            (is_lu & (t_dim >> 16 != 0), DeviceError.BAD_DIM, t_dim),
+            (is_lu & too_wide(t_base), DeviceError.ADDR_RANGE, t_base),
+            (is_lu & too_wide(offsets_addr), DeviceError.ADDR_RANGE, offsets_addr),
+            (is_lu & too_wide(indices_addr), DeviceError.ADDR_RANGE, indices_addr),
+            (is_lu & too_wide(data_addr), DeviceError.ADDR_RANGE, data_addr),
+            (is_snap & ~((self.snap_accepted < batch) & (batch <= open_batch)),
+             DeviceError.BAD_EPOCH, batch),
+            (is_snap & too_wide(data_addr), DeviceError.ADDR_RANGE, data_addr),
+            (is_snap & len_bad, DeviceError.SNAP_LENGTH, length),
+            (is_snap & ~src_in, DeviceError.ADDR_RANGE, data_addr),
+        ]
+
+        # COMMIT lag check (section 9): b = C+1, P = last completed snapshot, k = MLP_LAG
+        lag_p = Signal(64)
+        lag_ok = Signal()
+        lag_wait = Signal()
+        m.d.comb += [
+            lag_p.eq(open_batch - self.snap_epoch),
+            lag_ok.eq((open_batch <= self.snap_epoch) | (lag_p <= self.mlp_lag)),
+            lag_wait.eq(self.snap_busy & ((open_batch <= self.snap_accepted) |
+                                          ((open_batch - self.snap_accepted)[:64] <=
+                                           self.mlp_lag))),
         ]
         for i, (cond, code, value) in enumerate(checks):
             with (m.If if i == 0 else m.Elif)(cond):
@@ -285,6 +323,8 @@ class CommandProcessor(wiring.Component):
                      up.lr.eq(Mux((flags & FLAG_DESC_LR) != 0, d_lr, self.lr)),
                      up.nolog.eq((flags & FLAG_NOLOG) != 0)]
         m.d.comb += self.commit.payload.batch.eq(open_batch)
+        sp = self.snap_start.payload
+        m.d.comb += [sp.epoch.eq(batch), sp.src.eq(data_addr), sp.length.eq(length)]
 
         # ---- memory port ----------------------------------------------------------------------
         rd = self.mem.rd_req.payload
@@ -332,8 +372,33 @@ class CommandProcessor(wiring.Component):
                     m.next = "LOOKUP"
                 with m.Elif(is_update):
                     m.next = "UPDATE_PRE"
+                with m.Elif(is_snap):
+                    m.next = "SNAP_WAIT"
                 with m.Else():
+                    m.next = "COMMIT_LAG"
+            with m.State("SNAP_WAIT"):
+                # the only wait for the snapshot engine: a copy still in flight
+                m.d.comb += executing.eq(1)
+                m.d.sync += r_cycles.eq(r_cycles + 1)
+                with m.If(~self.snap_busy):
+                    m.next = "SNAP_START"
+            with m.State("SNAP_START"):
+                m.d.comb += [executing.eq(1), self.snap_start.valid.eq(1)]
+                m.d.sync += r_cycles.eq(r_cycles + 1)
+                with m.If(self.snap_start.ready):
+                    m.d.sync += r_lines.eq((length + 63) >> 6)
+                    m.next = "CPL"
+            with m.State("COMMIT_LAG"):
+                m.d.comb += executing.eq(1)
+                m.d.sync += [r_cycles.eq(r_cycles + 1), self.cyc_commit.eq(self.cyc_commit + 1)]
+                with m.If(lag_ok):
                     m.next = "COMMIT_DRAIN"
+                with m.Elif(~lag_wait):
+                    # value b - A (docs/training.md section 9): b - P unless an unhelpful
+                    # snapshot is in flight
+                    m.d.sync += [r_status.eq(DeviceError.MLP_LAG),
+                                 r_err_value.eq((open_batch - self.snap_accepted)[:64])]
+                    m.next = "CPL"
             with m.State("LOOKUP"):
                 m.d.comb += [executing.eq(1), self.lk_cmd.valid.eq(1)]
                 m.d.sync += [r_cycles.eq(r_cycles + 1), self.cyc_lookup.eq(self.cyc_lookup + 1)]
@@ -422,7 +487,7 @@ class CommandProcessor(wiring.Component):
 
         # ---- error event priority: CSR block, then ring/recover, then descriptor status -----
         desc_err = cpl_ev & (r_status != 0)
-        m.d.comb += ev_count.eq(self.csr_err_valid + ring_ev + desc_err)
+        m.d.comb += ev_count.eq(self.csr_err_valid + ring_ev + desc_err + self.snap_err)
         with m.If(self.csr_err_valid):
             m.d.comb += [ev_valid.eq(1), ev_code.eq(self.csr_err_code),
                          ev_value.eq(self.csr_err_value)]
@@ -430,4 +495,7 @@ class CommandProcessor(wiring.Component):
             m.d.comb += [ev_valid.eq(1), ev_code.eq(ring_code), ev_value.eq(ring_value)]
         with m.Elif(desc_err):
             m.d.comb += [ev_valid.eq(1), ev_code.eq(r_status), ev_value.eq(r_err_value)]
+        with m.Elif(self.snap_err):
+            m.d.comb += [ev_valid.eq(1), ev_code.eq(DeviceError.MEDIA),
+                         ev_value.eq(self.snap_err_value)]
         return m

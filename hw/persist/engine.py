@@ -43,8 +43,19 @@ Recovery (section 6 steps 1-4)
    row the lower slot's (older) contents land last.
 4. When every row write is acknowledged: write ``recovery_epoch = E+1`` (mod 2^64; one write of
    bytes 32..39 of the superblock line, ``be = 0xFF << 32``), wait for its response; then
-   ``epoch`` = E+1, retire, ready, ``recovered_records`` = records applied. Done also when no
-   record was applied.
+   ``epoch`` = E+1, retire, (with ``snapshots``: choose the MLP slot, below), ready,
+   ``recovered_records`` = records applied. Done also when no record was applied.
+
+MLP slot choice (section 9; only with ``snapshots=True``, as in the device; reads only, id 10):
+for slot A then slot B, read the header line; if ``magic == SNAP_MAGIC``, ``length`` <= the
+capacity and ``epoch`` <= C, read its ``ceil(length/64)`` payload lines (pipelined, up to
+``reads`` in flight) and check the CRC over them (bytes past ``length`` taken as 0) then the
+header with its crc bytes zero (the header's share ``crc32_next(0, header)`` is kept, as in
+pass 2). The valid slot with the larger epoch wins (A on a tie). A read error makes that slot
+invalid (and sets ``media_err``). In the cycle ``ready`` is set, ``mlp_load`` pulses with
+``mlp_slot`` (0 none, 1 A, 2 B) and ``mlp_epoch`` (0 if none); after a format too (slot 0,
+epoch 0). ``snap_busy`` (in): a ``recover`` waits (busy, recovering) until it is 0 before
+reading the superblock, so no snapshot copy runs during recovery (unconnected: no wait).
 
 Media errors during recovery (``rd_resp.err`` / ``wr_resp.err``) set ``media_err``:
 - superblock read or format write error: recovery stops there, ``ready`` stays 0 (C unknown;
@@ -69,7 +80,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import LINE_BYTES, SUPPORTED_DIMS
 from ..crc32 import CRC32_INIT, CRC32_XOROUT, crc32_next
 from ..encodings import (LOG_HDR_FIELDS, LOG_MAGIC, SB_FIELDS, SB_MAGIC,
-                         SB_VERSION, DeviceError)
+                         SB_VERSION, SNAP_HDR_FIELDS, SNAP_MAGIC, DeviceError)
 from ..reqport import RD_CUR, DeviceRequestSignature
 
 __all__ = ["PERSIST_ID", "PersistEngine", "commit_layout", "commit_done_layout"]
@@ -98,10 +109,12 @@ class PersistEngine(wiring.Component):
     ``reads / read latency`` slots per cycle; ``ring`` (32): pass 2 headers in flight or waiting
     for their data reads; ``buf_lines`` (64, >= 8): pass 2 data line buffer, which bounds the
     record data in flight (about ``buf_lines / read latency`` lines per cycle); ``writes`` (64):
-    row writes in flight."""
+    row writes in flight. ``snapshots`` (False): choose the MLP slot at the end of a recovery
+    (section 9; the device sets it; False is the engine of section 6 alone)."""
 
-    def __init__(self, cfg, *, reads=None, ring=32, buf_lines=64, writes=64):
+    def __init__(self, cfg, *, reads=None, ring=32, buf_lines=64, writes=64, snapshots=False):
         self.cfg = cfg
+        self.snapshots = snapshots
         self.reads = reads if reads is not None else min(cfg.max_reads, 64)
         self.ring, self.buf_lines, self.writes = ring, buf_lines, writes
         for name, v, lo in (("reads", self.reads, 2), ("ring", ring, 2),
@@ -124,6 +137,10 @@ class PersistEngine(wiring.Component):
             "media_err": Out(1),
             "cyc_commit": Out(32),
             "cyc_recover": Out(32),
+            "snap_busy": In(1),
+            "mlp_load": Out(1),
+            "mlp_slot": Out(2),
+            "mlp_epoch": Out(64),
         })
 
     def elaborate(self, platform):
@@ -306,7 +323,28 @@ class PersistEngine(wiring.Component):
         # zeroed) from state 0 gives its share, crc32_next(0, header), kept in the ring
         is_hdr = rsp_kind == 0
         crc_in = Cat(line[:160], Mux(is_hdr, 0, line[160:192]), line[192:])
-        crc_nx = crc32_next(Mux(is_hdr, 0, Mux(dk == 0, CRC32_INIT, crc)), crc_in, LINE_BYTES)
+        crc_st = Mux(is_hdr, 0, Mux(dk == 0, CRC32_INIT, crc))
+        # MLP slot check (section 9): the same network, state = the slot's running CRC (0 for
+        # its header), input = the header with crc bytes 4..7 zero, or a payload line with the
+        # bytes past ``length`` zero
+        in_mlp = Signal()
+        mcrc = Signal(32)
+        mrem = Signal(32)                          # payload bytes not yet received
+        m_be = Signal(LINE_BYTES)
+        m.d.comb += m_be.eq(Mux(mrem >= LINE_BYTES, Const(-1, LINE_BYTES),
+                                (Const(1, LINE_BYTES + 1) << mrem[:6]) - 1))
+        m_mask = Cat(*[m_be[i].replicate(8) for i in range(LINE_BYTES)])
+        snap_crc_off = next(off for n, off, w in SNAP_HDR_FIELDS if n == "crc")
+        assert snap_crc_off == 4
+        # (signals, not expressions: the network reads its inputs once per output bit)
+        net_st, net_in = Signal(32), Signal(8 * LINE_BYTES)
+        m.d.comb += [
+            net_st.eq(Mux(in_mlp, Mux(is_hdr, 0, mcrc), crc_st)),
+            net_in.eq(Mux(in_mlp, Mux(is_hdr, Cat(line[:32], Const(0, 32), line[64:]),
+                                      line & m_mask), crc_in)),
+        ]
+        crc_nx = Signal(32)
+        m.d.comb += crc_nx.eq(crc32_next(net_st, net_in, LINE_BYTES))
         h_magic = _field(line, LOG_HDR_FIELDS, "magic")
         h_batch = _field(line, LOG_HDR_FIELDS, "batch")
         h_dim = _field(line, LOG_HDR_FIELDS, "dim")
@@ -380,18 +418,54 @@ class PersistEngine(wiring.Component):
         sb_version = _field(line, SB_FIELDS, "version")
         sb_committed = _field(line, SB_FIELDS, "committed")
         sb_epoch = _field(line, SB_FIELDS, "recovery_epoch")
+
+        # MLP slot choice registers (section 9)
+        snap_cap = (cfg.slots_size // 2) // LINE_BYTES * LINE_BYTES - LINE_BYTES
+        slot_lines = (cfg.slots_size // 2) // LINE_BYTES
+        slots_line = cfg.slots_base // LINE_BYTES
+        ms = Signal()                              # slot being checked
+        ms_line = Signal(la_bits)                  # its header line
+        m_crc = Signal(32)                         # header: crc field
+        m_g = Signal(32)                           # header: crc32_next(0, header crc-zeroed)
+        m_ep = Signal(64)
+        m_err = Signal()
+        nd = Signal(32)                            # payload lines
+        d_iss = Signal(32)
+        d_rcv = Signal(32)
+        ok = [Signal(name=f"mlp_ok{i}") for i in range(2)]
+        ep = [Signal(64, name=f"mlp_ep{i}") for i in range(2)]
+        ch_slot = Signal(2)
+        ch_epoch = Signal(64)
+        m.d.comb += [self.mlp_slot.eq(ch_slot), self.mlp_epoch.eq(ch_epoch)]
+        s_magic = _field(line, SNAP_HDR_FIELDS, "magic")
+        s_len = _field(line, SNAP_HDR_FIELDS, "length")
+        s_ep = _field(line, SNAP_HDR_FIELDS, "epoch")
+        len_ok = (s_len <= snap_cap) if snap_cap < (1 << 32) - 1 else 1
+        s_plausible = ~rsp.err & (s_magic == SNAP_MAGIC) & len_ok & (s_ep <= committed)
+        m_final = crc32_next(mcrc, C(0, 8 * LINE_BYTES), LINE_BYTES) ^ m_g ^ CRC32_XOROUT
+        with m.If(in_mlp & rsp_v & (rsp_kind == 1)):
+            m.d.sync += [mcrc.eq(crc_nx), mrem.eq(mrem - LINE_BYTES), d_rcv.eq(d_rcv + 1)]
+            with m.If(rsp.err):
+                m.d.sync += m_err.eq(1)
         ep_off = next(off for n, off, w in SB_FIELDS if n == "recovery_epoch")
         assert ep_off == 32, "w_hi places the epoch word at bytes 32..39"
-        rec_states = ("SB_READ", "SB_WAIT", "FMT1", "FMT1_WAIT", "FMT2", "FMT2_WAIT", "SCAN",
-                      "APPLY", "EPOCH", "EPOCH_WAIT")
+        rec_states = ("SNAP_HOLD", "SB_READ", "SB_WAIT", "FMT1", "FMT1_WAIT", "FMT2", "FMT2_WAIT",
+                      "SCAN", "APPLY", "EPOCH", "EPOCH_WAIT")
+        if self.snapshots:
+            rec_states += ("MLP_HDR", "MLP_HDR_WAIT", "MLP_DATA", "MLP_CHK", "MLP_NEXT",
+                           "MLP_DONE")
         com_states = ("COMMIT_WAIT", "COMMIT_DONE")
 
         with m.FSM() as fsm:
             with m.State("IDLE"):
                 m.d.comb += self.commit.ready.eq(~self.recover)
                 with m.If(self.recover):
-                    m.d.sync += [ready.eq(0), media_err.eq(0), recovered.eq(0)]
-                    m.next = "SB_READ"
+                    m.d.sync += [ready.eq(0), media_err.eq(0), recovered.eq(0),
+                                 ch_slot.eq(0), ch_epoch.eq(0)]
+                    with m.If(self.snap_busy):
+                        m.next = "SNAP_HOLD"
+                    with m.Else():
+                        m.next = "SB_READ"
                 with m.Elif(self.commit.valid):
                     m.d.comb += [wl.eq(1), wl_addr.eq(sb_line), wl_be.eq(0xFF << 8),
                                  wl_data.eq(self.commit.payload.batch << 64)]
@@ -411,6 +485,10 @@ class PersistEngine(wiring.Component):
                 with m.If(self.commit_done.ready):
                     m.d.sync += cd_valid.eq(0)
                     m.next = "IDLE"
+
+            with m.State("SNAP_HOLD"):                       # a snapshot copy ends first
+                with m.If(~self.snap_busy):
+                    m.next = "SB_READ"
 
             with m.State("SB_READ"):
                 with m.If(rq_free):
@@ -454,6 +532,7 @@ class PersistEngine(wiring.Component):
                         m.next = "IDLE"
                     with m.Else():
                         m.d.sync += [committed.eq(0), epoch.eq(0), retire.eq(1), ready.eq(1)]
+                        m.d.comb += self.mlp_load.eq(1)      # no slot (ch_* are 0)
                         m.next = "IDLE"
 
             with m.State("SCAN"):
@@ -485,8 +564,72 @@ class PersistEngine(wiring.Component):
             with m.State("EPOCH_WAIT"):
                 with m.If(wack):
                     with m.If(~wack_err):
-                        m.d.sync += [epoch.eq((epoch + 1)[:64]), retire.eq(1), ready.eq(1)]
-                    m.next = "IDLE"
+                        m.d.sync += [epoch.eq((epoch + 1)[:64]), retire.eq(1)]
+                        if self.snapshots:
+                            m.d.sync += [ms.eq(0), ms_line.eq(slots_line)]
+                            m.next = "MLP_HDR"
+                        else:
+                            m.d.sync += ready.eq(1)
+                            m.d.comb += self.mlp_load.eq(1)
+                            m.next = "IDLE"
+                    with m.Else():
+                        m.next = "IDLE"
+
+            # ---- MLP slot choice (section 9): slot A, then slot B ---------------------------
+            with m.State("MLP_HDR"):
+                m.d.comb += in_mlp.eq(1)
+                with m.If(rq_free):
+                    m.d.comb += [rd_load.eq(1), rd_load_addr.eq(ms_line), rd_load_kind.eq(0)]
+                    m.next = "MLP_HDR_WAIT"
+
+            with m.State("MLP_HDR_WAIT"):
+                m.d.comb += in_mlp.eq(1)
+                with m.If(rsp_v):
+                    m.d.sync += [m_crc.eq(_field(line, SNAP_HDR_FIELDS, "crc")), m_g.eq(crc_nx),
+                                 m_ep.eq(s_ep), m_err.eq(0), mcrc.eq(CRC32_INIT),
+                                 mrem.eq(s_len), nd.eq((s_len + 63) >> 6), d_iss.eq(0),
+                                 d_rcv.eq(0)]
+                    with m.If(s_plausible):
+                        m.next = "MLP_DATA"
+                    with m.Else():
+                        with m.If(ms):
+                            m.d.sync += ok[1].eq(0)
+                        with m.Else():
+                            m.d.sync += ok[0].eq(0)
+                        m.next = "MLP_NEXT"
+
+            with m.State("MLP_DATA"):
+                m.d.comb += in_mlp.eq(1)
+                with m.If((d_iss != nd) & rq_free):
+                    m.d.comb += [rd_load.eq(1), rd_load_addr.eq(ms_line + 1 + d_iss),
+                                 rd_load_kind.eq(1)]
+                    m.d.sync += d_iss.eq(d_iss + 1)
+                with m.If((d_rcv == nd) & ~rq_valid & ~tags.r_rdy):
+                    m.next = "MLP_CHK"
+
+            with m.State("MLP_CHK"):
+                good = (m_final == m_crc) & ~m_err
+                with m.If(ms):
+                    m.d.sync += [ok[1].eq(good), ep[1].eq(m_ep)]
+                with m.Else():
+                    m.d.sync += [ok[0].eq(good), ep[0].eq(m_ep)]
+                m.next = "MLP_NEXT"
+
+            with m.State("MLP_NEXT"):
+                with m.If(~ms):
+                    m.d.sync += [ms.eq(1), ms_line.eq(slots_line + slot_lines)]
+                    m.next = "MLP_HDR"
+                with m.Else():
+                    with m.If(ok[1] & (~ok[0] | (ep[1] > ep[0]))):
+                        m.d.sync += [ch_slot.eq(2), ch_epoch.eq(ep[1])]
+                    with m.Elif(ok[0]):
+                        m.d.sync += [ch_slot.eq(1), ch_epoch.eq(ep[0])]
+                    m.next = "MLP_DONE"
+
+            with m.State("MLP_DONE"):
+                m.d.sync += ready.eq(1)
+                m.d.comb += self.mlp_load.eq(1)
+                m.next = "IDLE"
 
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         rec = 0

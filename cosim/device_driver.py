@@ -53,6 +53,7 @@ class DeviceDriver:
     """
 
     STATUS_BUSY, STATUS_ERROR, STATUS_READY, STATUS_RECOVERING = 1, 2, 4, 8
+    STATUS_SNAP_BUSY = 16
     IRQ_CPL, IRQ_ERR, IRQ_RECOVERED = 1, 2, 4
 
     def __init__(self, dut, pmem, cfg, *, clock=None, reset=None, csr=None, poll=16,
@@ -79,6 +80,7 @@ class DeviceDriver:
         self.ring_size = 0
         self.tail = 0
         self.cycles_waited = 0
+        self.actions = None      # cosim.action_log.ActionLog while a trace is recorded
         # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
         # recover, configure
         self.phase_cycles: dict[str, int] = {}
@@ -129,6 +131,8 @@ class DeviceDriver:
         self.stop_host()
         self.drive_idle()
         self.reset_sig.value = 1
+        if self.actions is not None:
+            self.actions.reset()
         await ClockCycles(self.clock, cycles)
         if in_reset is not None:
             in_reset()
@@ -156,6 +160,8 @@ class DeviceDriver:
                         reference=Reference(self.cfg), strict=True)
         self._channels = ChannelSet(self.dut, self.clock, self.reset_sig)
         self.host = CxlHost(self.dut, core, clock=self.clock, channels=self._channels)
+        if self.actions is not None:
+            self.actions.attach_host(core)
         self._channels.start()
 
     def stop_host(self):
@@ -215,6 +221,8 @@ class DeviceDriver:
         """Backdoor: ``[(addr, bytes)]`` into the PMEM model's memory (bulk data only)."""
         for a, d in chunks:
             self.pmem.mem.write(a, d)
+            if self.actions is not None:
+                self.actions.poke(a, d)
 
     async def write_lines(self, items):
         """``[(addr, 64 bytes)]`` through the host (MemWr, all issued, then all Cmps) or
@@ -300,3 +308,30 @@ class DeviceDriver:
             else:
                 await ClockCycles(self.clock, self.poll)
         self.cycles_waited += self.pmem.cycle - t0
+
+    # ------------------------------------------------------------------ MLP snapshots
+    @staticmethod
+    def snapshot_desc(epoch: int, src_addr: int, length: int, tag: int = 0) -> bytes:
+        """64-byte SNAPSHOT descriptor (docs/training.md section 9): ``batch`` = epoch,
+        ``data_addr`` = source byte address, ``length`` = payload bytes."""
+        from hw.encodings import DESC_FIELDS, DescKind, pack_fields
+        return pack_fields(DESC_FIELDS, {"kind": DescKind.SNAPSHOT, "tag": tag, "batch": epoch,
+                                         "data_addr": src_addr, "length": length}, DESC_BYTES)
+
+    async def mlp_state(self) -> dict:
+        """``epoch`` (MLP_EPOCH_HI:LO), ``slot`` (MLP_SLOT), ``lag`` (MLP_LAG), ``busy``
+        (STATUS.SNAP_BUSY)."""
+        return {"epoch": await self.read64("MLP_EPOCH"), "slot": await self.read("MLP_SLOT"),
+                "lag": await self.read("MLP_LAG"),
+                "busy": int(bool(await self.read("STATUS") & self.STATUS_SNAP_BUSY))}
+
+    async def wait_snapshot_idle(self, timeout: int = 500_000) -> int:
+        """Poll STATUS every ``poll`` cycles until SNAP_BUSY = 0 (the snapshot's slot, header and
+        superblock flip are persistent, MLP_EPOCH/MLP_SLOT updated). Returns cycles waited."""
+        t0 = self.pmem.cycle
+        while await self.read("STATUS") & self.STATUS_SNAP_BUSY:
+            if self.pmem.cycle - t0 >= timeout:
+                raise DriverError(f"STATUS.SNAP_BUSY still set after {timeout} cycles: "
+                                  f"{await self.error_state()}")
+            await ClockCycles(self.clock, self.poll)
+        return self.pmem.cycle - t0

@@ -76,6 +76,12 @@ class DeviceTB:
                               write_latency=latency, seed=self.seed, stall=stalls,
                               mem=MemoryImage(1 << ab), log_writes=False)
         self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed)
+        # TCXL_TRACE=path: record the boundary trace and the host action log (docs/traces.md)
+        self.trace = None
+        if os.environ.get("TCXL_TRACE"):
+            from cosim.trace_device import record_from_env
+            self.trace = record_from_env(dut, drv=self.drv, section=name, seed=self.seed,
+                                         cfg=cfg, period_ns=CLOCK_NS)
         # the driver must not touch IRQ_ENABLE/IRQ_STATUS: the model tracks them
         self.drv.use_irq = False
         self.model = TrainingDevice(cfg, MemoryImage(1 << ab))
@@ -99,6 +105,8 @@ class DeviceTB:
         """Backdoor write into both memories (host data the device only reads)."""
         self.mem.write(addr, bytes(data))
         self.model.mem.write(addr, bytes(data))
+        if self.drv.actions is not None:
+            self.drv.actions.poke(addr, data)
 
     def stage(self, data: bytes, align: int = 64) -> int:
         """Allocate staging for ``data``, write it into both memories; returns the address."""

@@ -124,11 +124,16 @@ class TraceRecorder:
     ports ``<name>__payload/__valid/__ready``) and of the AXI port ``axi_prefix`` (cocotbext-axi
     style prefix: ``"m_axi_"`` finds ``m_axi__araddr``; None for no AXI port).
 
+    ``axi_ports``: more AXI / AXI4-Lite ports, ``{name: prefix}``; their channels are recorded
+    as ``<name>_ar`` ... ``<name>_b`` (e.g. ``{"csr": "s_axil_"}`` gives ``csr_aw``), after the
+    main port's. ``hex_fields``: top-level stream payload fields written as zero-padded
+    lowercase hex strings instead of ints (e.g. ``("data", "be")`` for 512-bit CXL data).
+
     ``period_ns`` is the clock period; ``records`` gives the lines as dicts, ``counts`` the
     transactions per channel. Starts monitoring at construction; ``stop()`` ends it."""
 
     def __init__(self, dut, *, clock, reset=None, period_ns, streams=None, axi_prefix="m_axi_",
-                 strict=True):
+                 strict=True, axi_ports=None, hex_fields=()):
         if not period_ns or period_ns <= 0:
             raise ValueError(f"period_ns must be > 0, got {period_ns!r}")
         self.dut = dut
@@ -143,11 +148,15 @@ class TraceRecorder:
         self._t0 = _now()
         self._channels: list[_Channel] = []
         self._valid_handles = []
+        self._hex_fields = tuple(hex_fields)
         for name, layout in (streams or {}).items():
             self._add_stream(name, layout)
         if axi_prefix is not None:
             for ch, signals in AXI_CHANNELS.items():
                 self._add_axi(axi_prefix, ch, signals)
+        for name, prefix in (axi_ports or {}).items():
+            for ch, signals in AXI_CHANNELS.items():
+                self._add_axi(prefix, ch, signals, name=f"{name}_{ch}")
         if not self._channels:
             raise ValueError("TraceRecorder: nothing to record (no streams, no AXI port)")
         self._stopped = False
@@ -185,11 +194,23 @@ class TraceRecorder:
         if len(payload) != codec.width:
             raise ValueError(f"{name}__payload is {len(payload)} bits, layout is {codec.width}")
         unpack = codec.unpack
+        # top-level payload fields rendered as zero-padded hex strings (wide data, byte enables)
+        hexw = {n: (w + 3) // 4 for n, _, w, _, sub in codec._fields
+                if n in self._hex_fields and sub is None}
+        if hexw:
+            def decode(s, _u=unpack, _h=hexw):
+                d = _u(int(s, 2))
+                for k, digits in _h.items():
+                    d[k] = format(d[k], f"0{digits}x")
+                return d
+        else:
+            def decode(s, _u=unpack):
+                return _u(int(s, 2))
         # one "field" whose decoded value is the payload dict, merged into the line
         self._add(name, self._handle(f"{name}__valid"), self._handle(f"{name}__ready"),
-                  [(None, _binstr(payload), lambda s: unpack(int(s, 2)))])
+                  [(None, _binstr(payload), decode)])
 
-    def _add_axi(self, prefix, ch, signals):
+    def _add_axi(self, prefix, ch, signals, name=None):
         fields = []
         for sig in signals:
             h = self._handle(f"{prefix}_{sig}", required=False)
@@ -200,8 +221,8 @@ class TraceRecorder:
                 fields.append((sig, _binstr(h), lambda s, d=digits: format(int(s, 2), f"0{d}x")))
             else:
                 fields.append((sig, _binstr(h), lambda s: int(s, 2)))
-        self._add(ch, self._handle(f"{prefix}_{ch}valid"), self._handle(f"{prefix}_{ch}ready"),
-                  fields)
+        self._add(name or ch, self._handle(f"{prefix}_{ch}valid"),
+                  self._handle(f"{prefix}_{ch}ready"), fields)
 
     # ----------------------------------------------------------------------------- monitor
 

@@ -1,0 +1,411 @@
+"""Trace comparator (cosim/compare.py) and expected traces (sw_model/expected_trace.py), pure
+Python: a synthetic host action log runs through the golden model into the expected semantic
+trace; a "perfect device" turns that into raw boundary records (CSR AXI4-Lite, CXL.mem
+channels, AXI media writes), which the reducer must bring back to an equal semantic trace.
+Perturbations of single fields, swapped writes to one line and dropped responses must be found
+at the right place; reordering across lines and tags must not be a divergence; malformed files
+exit 2 with the line number.
+"""
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cosim.compare import compare, load_trace, main, reduce_raw
+from hw.config import DeviceConfig
+from hw.cxl_encodings import MetaField as MF, MetaValue as MV, ReqOpcode as RQ
+from hw.cxl_encodings import RwDOpcode as RW, SnpType as ST
+from hw.encodings import CPL_BYTES, DESC_BYTES, FLAG_LOG, DescKind as K
+from sw_model.expected_trace import ACTIONS, RAW, RegMap, expected_events
+from sw_model.training import TrainingDevice
+
+CFG = DeviceConfig()
+RM = RegMap()
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Host:
+    """Builds an action log the way cosim.device_driver would record it."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.acts = [{"act": "reset"}]
+        self.tag = 0
+        self.salloc = CFG.staging_base
+
+    def w(self, name, v):
+        self.acts.append({"act": "csr_write", "addr": RM.off[name], "data": v, "strb": 15,
+                          "resp": 0})
+
+    def r(self, name, v):
+        self.acts.append({"act": "csr_read", "addr": RM.off[name], "data": v, "resp": 0})
+
+    def poke(self, a, data):
+        self.acts.append({"act": "poke", "addr": a, "data": bytes(data).hex()})
+
+    def stage(self, data):
+        a = self.salloc
+        self.salloc += (len(data) + 63) // 64 * 64 or 64
+        self.poke(a, data)
+        return a
+
+    def _hdr(self, opcode, snp, mf, mv, line, **kw):
+        self.tag += 1
+        return {"opcode": int(opcode), "snp_type": int(snp), "meta_field": int(mf),
+                "meta_value": int(mv), "tag": self.tag, "addr": line, **kw}
+
+    def cxl_write(self, addr, data):
+        h = self._hdr(RW.MEM_WR, ST.NO_OP, MF.META0_STATE, MV.I, addr // 64, poison=0)
+        self.acts.append({"act": "cxl", "tag": h["tag"], "ch": "m2s_rwd", "hdr": h,
+                          "data": bytes(data).hex(), "be": "f" * 16})
+
+    def cxl_read(self, addr):
+        h = self._hdr(RQ.MEM_RD, ST.SNP_CUR, MF.NO_OP, MV.I, addr // 64)
+        self.acts.append({"act": "cxl", "tag": h["tag"], "ch": "m2s_req", "hdr": h})
+
+
+def workload(seed=1):
+    """Format, two tables, two batches (LOOKUP+LOG, UPDATE, COMMIT), host reads."""
+    h = Host(seed)
+    h.w("CONTROL", 1)
+    h.r("STATUS", 8)                       # still recovering: unsynchronised
+    h.r("STATUS", 4)                       # READY
+    tables = {}
+    base = CFG.table_base
+    for tid, rows, dim in ((0, 20, 16), (1, 10, 32)):
+        t = h.rng.integers(-2**20, 2**20, (rows, dim)).astype("<i4")
+        h.poke(base, t.tobytes())
+        h.w(f"TABLE{tid}_BASE_LO", base & 0xFFFFFFFF)
+        h.w(f"TABLE{tid}_BASE_HI", base >> 32)
+        h.w(f"TABLE{tid}_ROWS", rows)
+        h.w(f"TABLE{tid}_DIM", dim)
+        tables[tid] = (base, rows, dim)
+        base += rows * dim * 4
+    h.w("LR", 1 << (CFG.frac_bits - 3))
+    size = 8
+    ring = h.stage(bytes(DESC_BYTES * size))
+    cpl = h.stage(bytes(CPL_BYTES * size))
+    h.w("CMD_BASE_LO", ring & 0xFFFFFFFF)
+    h.w("CMD_BASE_HI", ring >> 32)
+    h.w("CMD_SIZE", size)
+    h.w("CPL_BASE_LO", cpl & 0xFFFFFFFF)
+    h.w("CPL_BASE_HI", cpl >> 32)
+    tail = 0
+    for b in (1, 2):
+        descs = []
+        for tid, (tb, rows, dim) in tables.items():
+            offs = np.array([0, 2, 2, 5], "<u4")
+            idx = h.rng.integers(0, rows, 5).astype("<u4")
+            oa, ia = h.stage(offs.tobytes()), h.stage(idx.tobytes())
+            out = h.stage(bytes(3 * dim * 4))
+            g = h.rng.integers(-2**16, 2**16, (3, dim)).astype("<i4")
+            ga = h.stage(g.tobytes())
+            descs.append(TrainingDevice.make_desc(kind=K.LOOKUP, flags=FLAG_LOG, table=tid,
+                                                  tag=len(descs), batch=b, n_bags=3,
+                                                  offsets_addr=oa, indices_addr=ia,
+                                                  data_addr=out))
+            descs.append(TrainingDevice.make_desc(kind=K.UPDATE, table=tid, tag=len(descs),
+                                                  batch=b, n_bags=3, offsets_addr=oa,
+                                                  indices_addr=ia, data_addr=ga))
+        descs.append(TrainingDevice.make_desc(kind=K.COMMIT, tag=99, batch=b))
+        slots = []
+        for d in descs[:4]:
+            h.cxl_write(ring + DESC_BYTES * tail, d)
+            slots.append(tail)
+            tail = (tail + 1) % size
+        h.w("CMD_TAIL", tail)
+        h.r("CMD_TAIL", tail)
+        h.r("CPL_HEAD", (tail - 3) % size)           # partial progress seen
+        h.cxl_read(cpl + CPL_BYTES * slots[0])        # unsynchronised: data unchecked
+        h.r("CPL_HEAD", tail)
+        for s in slots:
+            h.cxl_read(cpl + CPL_BYTES * s)
+        for d in descs[4:]:
+            h.cxl_write(ring + DESC_BYTES * tail, d)
+            slots.append(tail)
+            tail = (tail + 1) % size
+        h.w("CMD_TAIL", tail)
+        h.r("CPL_HEAD", tail)
+        h.cxl_read(cpl + CPL_BYTES * slots[-1])
+        h.r("COMMITTED_LO", b)
+    h.cxl_read(tables[0][0] + 64)
+    h.cxl_read(CFG.superblock_base)
+    h.cxl_read(CFG.log_base)                          # refused: MemData-NXM
+    h.acts.append({"act": "csr_read", "addr": 0xFFC, "data": 0, "resp": 2})
+    h.w("ERR_COUNT", 5)                               # read-only: SLVERR
+    for name in ("ERR_CODE", "ERR_VALUE_LO", "ERR_COUNT", "STATUS", "IRQ_STATUS", "LOG_SLOT",
+                 "ID", "REGION_TABLE_BASE_HI", "TABLE1_DIM"):
+        h.r(name, 0)
+    return h.acts
+
+
+def _hexint(data: bytes) -> str:
+    return format(int.from_bytes(data, "little"), f"0{2 * len(data)}x")
+
+
+def perfect_device(expected, actions):
+    """Raw boundary records a device matching ``expected`` exactly would show."""
+    reads = iter([a["data"] for a in actions if a.get("act") == "csr_read"])
+    raw = [{"trace": RAW, "version": 1, "section": "", "cfg": CFG.to_json()}]
+    cyc = 0
+
+    def add(ch, **kw):
+        raw.append({"cycle": cyc, "ch": ch, **kw})
+
+    for ev in expected[1:]:
+        cyc += 3
+        e = ev["ev"]
+        if e == "reset":
+            add("reset", rst=1)
+        elif e == "csr_w":
+            add("csr_aw", awaddr=ev["addr"], awprot=0)
+            add("csr_w", wdata=format(ev["data"], "08x"), wstrb=ev["strb"])
+            add("csr_b", bresp=ev["resp"])
+        elif e == "csr_r":
+            got = next(reads)
+            add("csr_ar", araddr=ev["addr"], arprot=0)
+            add("csr_r", rdata=format(got if ev["data"] is None else ev["data"], "08x"),
+                rresp=ev["resp"])
+        elif e == "cxl":
+            hdr = {k: ev[k] for k in ("opcode", "snp_type", "meta_field", "meta_value", "addr")}
+            hdr["tag"] = ev["tag"]
+            if ev["ch"] == "m2s_rwd":
+                add("m2s_rwd", hdr={**hdr, "poison": 0}, data=_hexint(bytes.fromhex(ev["wdata"])),
+                    be=ev["be"])
+            else:
+                add("m2s_req", hdr=hdr)
+            for op in ev["ndr"]:
+                add("s2m_ndr", hdr={"opcode": op, "tag": ev["tag"]})
+            for d in ev["drs"]:
+                data = bytes.fromhex(d["data"]) if d["data"] else bytes(64)
+                add("s2m_drs", hdr={"opcode": d["opcode"], "tag": ev["tag"],
+                                    "poison": d["poison"]}, data=_hexint(data))
+        elif e == "mwr":
+            add("aw", awid=0, awaddr=ev["addr"], awlen=0, awsize=6)
+            add("w", wdata=_hexint(bytes.fromhex(ev["data"])), wstrb=int(ev["be"], 16), wlast=1)
+            add("b", bid=0, bresp=0)
+    return raw
+
+
+@pytest.fixture(scope="module")
+def traces():
+    acts = workload()
+    exp = expected_events(acts, CFG)
+    raw = perfect_device(exp, acts)
+    return acts, exp, raw
+
+
+def _red(raw):
+    return reduce_raw(raw[1:], CFG)
+
+
+def _ev(exp, kind, pred=lambda e: True):
+    return next(e for e in exp[1:] if e["ev"] == kind and pred(e))
+
+
+def test_workload_is_not_trivial(traces):
+    _, exp, _ = traces
+    kinds = [e["ev"] for e in exp[1:]]
+    cpls = [e for e in exp[1:] if e["ev"] == "cpl"]
+    assert len(cpls) == 10 and all(c["status"] == 0 for c in cpls), cpls
+    assert sum(c["log_records"] for c in cpls) > 0
+    assert kinds.count("image") == 2 and kinds.count("mwr") > 40
+    reads = [e for e in exp[1:] if e["ev"] == "cxl" and e["ch"] == "m2s_req"]
+    assert any(r["drs"][0]["data"] is None for r in reads)       # unsynchronised read
+    assert any(r["drs"][0]["opcode"] == 1 for r in reads)        # NXM from the log region
+    csr = [e for e in exp[1:] if e["ev"] == "csr_r" and e["data"] is not None]
+    assert {e["name"] for e in csr} >= {"ERR_CODE", "STATUS", "ID", "TABLE1_DIM"}
+
+
+def test_identical_traces_pass(traces):
+    _, exp, raw = traces
+    r = compare(exp, copy.deepcopy(exp))
+    assert r.equal, r.report
+    r = compare(_red(raw), exp)
+    assert r.equal, r.report
+    assert r.counts["cpl"] == 10 and r.counts["image"] == 2 and r.counts["cxl"] > 10, r.counts
+
+
+def _check(res, cls, fld, key=None):
+    assert not res.equal
+    d = res.divergence
+    assert (d.cls, d.field) == (cls, fld), res.report
+    if key is not None:
+        assert d.key == key, res.report
+    assert "first divergence" in res.report and fld in res.report
+
+
+def test_completion_status_perturbed(traces):
+    _, exp, raw = traces
+    b = copy.deepcopy(exp)
+    c = [e for e in b if e.get("ev") == "cpl"][3]
+    c["status"] = 7
+    _check(compare(exp, b), "cpl", "status", ("n", 3))
+
+
+def test_completion_status_in_raw_media_write(traces):
+    """The status byte of completion 2 changed in the AXI write data of the RTL trace."""
+    _, exp, raw = traces
+    c2 = [e for e in exp if e.get("ev") == "cpl"][2]
+    line = next(e for e in exp if e.get("ev") == "mwr" and e["addr"] - e["addr"] % 64 ==
+                e["addr"] and e["i"] < c2["i"] and e["i"] == c2["i"] - 1)
+    raw2 = copy.deepcopy(raw)
+    w = next(r for k, r in enumerate(raw2) if r.get("ch") == "w" and raw2[k - 1].get("awaddr")
+             == line["addr"])
+    data = bytearray(bytes.fromhex(line["data"]))
+    from hw.encodings import CPL_FIELDS
+    off = next(o for n, o, _ in CPL_FIELDS if n == "status")
+    data[off] ^= 0x5
+    w["wdata"] = _hexint(bytes(data))
+    # both the line write and the completion differ; the completion's field is reported
+    _check(compare(_red(raw2), exp), "cpl", "status", ("n", 2))
+
+
+def test_read_data_byte_perturbed(traces):
+    _, exp, raw = traces
+    ev = next(e for e in exp[1:] if e["ev"] == "cxl" and e["drs"] and e["drs"][0]["data"]
+              and e["drs"][0]["opcode"] == 0)
+    raw2 = copy.deepcopy(raw)
+    drs = next(r for r in raw2 if r.get("ch") == "s2m_drs" and r["hdr"]["tag"] == ev["tag"])
+    data = bytearray(int(drs["data"], 16).to_bytes(64, "little"))
+    data[17] ^= 1
+    drs["data"] = _hexint(bytes(data))
+    res = compare(_red(raw2), exp)
+    _check(res, "cxl", "drs.data", ("tag", ev["tag"], "n", 0))
+    assert "bytes differing: [17]" in res.report
+
+
+def test_image_line_perturbed(traces):
+    _, exp, _ = traces
+    b = copy.deepcopy(exp)
+    img = [e for e in b if e.get("ev") == "image"][1]
+    k = sorted(img["lines"])[2]
+    img["lines"][k] = "0" * 16
+    _check(compare(exp, b), "image", f"lines[{k}]", ("n", 1))
+
+
+def test_swapped_writes_to_one_line(traces):
+    """Two writes of the same table line exchanged: per-line order is a divergence."""
+    _, exp, raw = traces
+    seen = {}
+    pair = None
+    for e in exp[1:]:
+        if e["ev"] == "mwr" and CFG.table_base <= e["addr"] < CFG.table_base + CFG.table_size:
+            if e["addr"] in seen and seen[e["addr"]]["data"] != e["data"]:
+                pair = (seen[e["addr"]], e)
+                break
+            seen[e["addr"]] = e
+    assert pair is not None
+    raw2 = copy.deepcopy(raw)
+    ws = [r for k, r in enumerate(raw2) if r.get("ch") == "w" and raw2[k - 1].get("awaddr")
+          == pair[0]["addr"]]
+    ws[0]["wdata"], ws[1]["wdata"] = ws[1]["wdata"], ws[0]["wdata"]
+    _check(compare(_red(raw2), exp), "mwr", "data", ("line", pair[0]["addr"], "k", 0))
+
+
+def test_dropped_response(traces):
+    _, exp, raw = traces
+    ev = [e for e in exp[1:] if e["ev"] == "cxl" and e["ch"] == "m2s_rwd"][2]
+    raw2 = [r for r in raw if not (r.get("ch") == "s2m_ndr" and r["hdr"]["tag"] == ev["tag"])]
+    _check(compare(_red(raw2), exp), "cxl", "ndr", ("tag", ev["tag"], "n", 0))
+
+
+def test_dropped_completion_write(traces):
+    _, exp, raw = traces
+    c = [e for e in exp if e.get("ev") == "cpl"][-1]
+    line = c["slot"]
+    del line
+    raw2 = copy.deepcopy(raw)
+    # drop the last completion-ring write (the COMMIT of batch 2)
+    last_aw = max(k for k, r in enumerate(raw2) if r.get("ch") == "aw"
+                  and any(e.get("ev") == "cpl" for e in exp))
+    cpl_addr = raw2[last_aw]["awaddr"]
+    ks = [k for k, r in enumerate(raw2) if r.get("ch") == "aw" and r["awaddr"] == cpl_addr]
+    k = ks[-1]
+    del raw2[k:k + 3]
+    res = compare(_red(raw2), exp)
+    assert not res.equal and res.divergence.field == "missing", res.report
+
+
+def test_reordering_across_lines_and_tags_is_not_a_divergence(traces):
+    _, exp, raw = traces
+    raw2 = copy.deepcopy(raw)
+    # media bursts: swap neighbouring (aw, w, b) groups of different lines, away from
+    # completion-ring writes (the image at a COMMIT is taken at its completion write)
+    cpl_lines = {e["addr"] for e in exp if e.get("ev") == "mwr" and any(
+        c.get("ev") == "cpl" and c["i"] == e["i"] + 1 for c in exp[1:])}
+    groups = [k for k, r in enumerate(raw2) if r.get("ch") == "aw"]
+    swapped = 0
+    for k1, k2 in zip(groups, groups[1:]):
+        a1, a2 = raw2[k1]["awaddr"], raw2[k2]["awaddr"]
+        if k2 == k1 + 3 and a1 != a2 and not {a1, a2} & cpl_lines and swapped < 10 \
+                and k1 % 2 == 0:
+            raw2[k1:k1 + 3], raw2[k2:k2 + 3] = raw2[k2:k2 + 3], raw2[k1:k1 + 3]
+            swapped += 1
+    assert swapped >= 3
+    # host responses of different tags: move every DRS after the next request's responses
+    resp = [k for k, r in enumerate(raw2) if r.get("ch") == "s2m_drs"]
+    for k in reversed(resp[:-1]):
+        rec = raw2.pop(k)
+        raw2.insert(k + 2, rec)
+    r = compare(_red(raw2), exp)
+    assert r.equal, r.report
+
+
+def _write(path, objs):
+    path.write_text("".join(json.dumps({k: v for k, v in o.items() if k != "_line"}) + "\n"
+                            for o in objs))
+    return path
+
+
+def test_cli(traces, tmp_path, capsys):
+    acts, exp, raw = traces
+    rawf = _write(tmp_path / "rtl.jsonl", raw)
+    actf = _write(tmp_path / "rtl.actions.jsonl",
+                  [{"trace": ACTIONS, "version": 1, "section": "", "cfg": CFG.to_json()}, *acts])
+    expf = _write(tmp_path / "exp.jsonl", exp)
+    assert main([str(rawf), str(actf)]) == 0
+    assert main([str(rawf), str(expf)]) == 0
+    assert "traces equal" in capsys.readouterr().out
+    raw2 = copy.deepcopy(raw)
+    r = next(r for r in raw2 if r.get("ch") == "csr_b")
+    r["bresp"] = 2
+    badf = _write(tmp_path / "bad.jsonl", raw2)
+    assert main([str(badf), str(actf)]) == 1
+    out = capsys.readouterr().out
+    assert "field 'resp' differs" in out and "csr_w" in out, out
+    # subprocess, as the lead's CLI would run it
+    p = subprocess.run([sys.executable, "-m", "cosim.compare", str(badf), str(expf)],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 1 and "'resp'" in p.stdout, p
+
+
+def test_malformed_input(tmp_path, capsys):
+    good = json.dumps({"trace": RAW, "version": 1})
+    f = tmp_path / "bad.jsonl"
+    f.write_text(good + "\n" + json.dumps({"cycle": 1, "ch": "reset", "rst": 1}) +
+                 "\n{\"cycle\": 2, \"ch\": \n")
+    assert main([str(f), str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.jsonl:3: malformed JSON" in err, err
+    assert main([str(tmp_path / "nope.jsonl"), str(f)]) == 2
+    assert "cannot open" in capsys.readouterr().err
+    g = tmp_path / "nohdr.jsonl"
+    g.write_text(json.dumps({"cycle": 1, "ch": "aw"}) + "\n")
+    assert main([str(g), str(g)]) == 2
+    assert "nohdr.jsonl:1: first line is not a trace header" in capsys.readouterr().err
+    h = tmp_path / "noch.jsonl"
+    h.write_text(good + "\n" + json.dumps({"x": 1}) + "\n")
+    assert main([str(h), str(h)]) == 2
+    assert "noch.jsonl:2:" in capsys.readouterr().err
+
+
+def test_load_trace_sections(traces, tmp_path):
+    _, exp, raw = traces
+    f = _write(tmp_path / "two.jsonl", [*raw, {**raw[0], "section": "second"}, *raw[1:]])
+    secs = load_trace(f)
+    assert list(secs) == ["", "second"]

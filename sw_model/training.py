@@ -11,7 +11,7 @@ Write order (the model's; the contract allows more freedom, the final image is t
 LOOKUP: outputs (``DeviceModel.lookup``), then for each record its data lines then its header;
 UPDATE: per row, if it must be logged, the record (data lines, header), then the row (one write);
 COMMIT: the 8-byte ``committed`` word; recovery: rows from the highest slot down, then the 8-byte
-``recovery_epoch`` word; formatting: the zero line, then the magic/version word (no epoch write);
+``recovery_epoch`` word; formatting: zeros to bytes 8..63, then the magic/version word (no epoch write);
 each completion record after its descriptor's writes. ``what`` is one of ``"log_data"``,
 ``"log_header"``, ``"row"``, ``"commit"``, ``"recover_row"``, ``"sb_epoch"``, ``"sb_format"``,
 ``"sb_magic"``, ``"cpl"``. Exception: LOOKUP outputs are written by ``DeviceModel.lookup``
@@ -52,8 +52,9 @@ Choices where docs/training.md leaves room (the RTL must match these):
 7. ``BAD_TABLE`` is only table id >= ``N_TABLES``; an invalid directory entry of a valid id fails
    the width checks or the engine's own checks (``BAD_DIM``/``ALIGN``/``ADDR_RANGE``), as
    section 2 says.
-8. Recovery formatting writes the whole superblock line as zeros first, then the 8-byte
-   magic/version word; it does not write ``recovery_epoch`` (stays 0 from the zero line).
+8. Recovery formatting writes bytes 8..63 of the superblock line as zeros first (the
+   magic/version word untouched), then the 8-byte magic/version word; it does not write
+   ``recovery_epoch`` (stays 0 from the zero bytes).
    Recovery while descriptors are pending is refused with ``CSR_BUSY``. The epoch write happens
    on every non-formatting recovery, also when no record was applied; ``E+1`` wraps modulo 2^64.
 9. ``seq`` counts every descriptor completed (via ``execute`` or the ring) since the last ring
@@ -74,7 +75,7 @@ every other device write, so a crash campaign can cut between any two of them; t
 epoch, ``lines`` = ceil(length/64), other counters 0) is returned after those writes. A snapshot
 is therefore never *in flight* in the model: ``snap_busy`` is always False, the last accepted
 epoch ``A`` (``mlp_accepted``) always equals the last completed one ``P`` (``mlp_epoch``), and a
-COMMIT never waits: its lag check is ``b - P <= k`` or ``MLP_LAG`` (value ``b - P``), made
+COMMIT never waits: its lag check is ``b - P <= k`` or ``MLP_LAG`` (value ``b - A`` = ``b - P``), made
 after the batch check, before anything is written. The RTL may finish the copy after the
 completion; once it is done (``STATUS.SNAP_BUSY`` = 0) the memory image equals the model's.
 
@@ -426,7 +427,7 @@ class TrainingDevice:
         applied = 0
         formatting = sb["magic"] != SB_MAGIC or sb["version"] != SB_VERSION
         if formatting:
-            self._write(cfg.superblock_base, bytes(LINE_BYTES), "sb_format")
+            self._write(cfg.superblock_base + 8, bytes(LINE_BYTES - 8), "sb_format")
             word = SB_MAGIC | (SB_VERSION << 32)
             self._write(cfg.superblock_base, word.to_bytes(8, "little"), "sb_magic")
             c = epoch = 0

@@ -718,7 +718,7 @@ def test_fresh_superblock_formatting(seed):
         assert dev.recovery_epoch == 0
         assert mem.read(CFG.superblock_base, 64) == sb_line
         assert [(a, d) for a, d, _ in rec.writes] == [
-            (CFG.superblock_base, bytes(64)),
+            (CFG.superblock_base + 8, bytes(56)),          # magic/version word untouched
             (CFG.superblock_base, struct.pack("<II", SB_MAGIC, SB_VERSION))]
     # a formatted superblock is read, not rewritten
     mem.write(CFG.superblock_base + 8, (5).to_bytes(8, "little"))

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
 JUNIT  := build/test-results.xml
 
-.PHONY: venv test test-icarus demo bench verilog lint synth formal stress crash clean
+.PHONY: venv test test-icarus demo lookup-demo study bench verilog lint synth formal stress crash clean
 
 venv: $(STAMP)
 
@@ -30,8 +30,19 @@ test-icarus: $(STAMP)
 	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
 	TCXL_REQUIRE_ICARUS=1 $(PY) -m pytest tests/cosim/test_icarus.py
 
+# The main job (docs/demo.md): DLRM training with the RTL in the loop, seeded power failures,
+# recovery and resume; summary on stdout, Markdown report and plots in build/report/
 demo: $(STAMP)
+	$(PY) -m cosim.train_demo $(if $(SEED),--seed $(SEED)) $(if $(BATCHES),--batches $(BATCHES))
+
+# LOOKUP only: gather + sum-pool of a few thousand bags through the RTL and the golden model
+lookup-demo: $(STAMP)
 	$(PY) -m cosim.demo
+
+# Relaxed MLP ordering: lag bounds k in {0, 1, 8, 64} and a restart-from-scratch baseline under
+# one failure schedule (golden model); AUC and lost work in build/study/
+study: $(STAMP)
+	$(PY) -m sw_model.study $(if $(SEED),--seed $(SEED))
 
 bench: $(STAMP)
 	$(PY) -m bench.run

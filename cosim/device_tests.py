@@ -424,7 +424,7 @@ def _error_cases(tb, committed):
     g_big = s1 - 64                                        # 3 x 64 B past the staging end
     return [
         ("kind 0", raw(kind=0, tag=1, batch=ob)),
-        ("kind 4", raw(kind=4, tag=2, table=0, batch=ob)),
+        ("kind 5 (one past SNAPSHOT)", raw(kind=5, tag=2, table=0, batch=ob)),
         ("kind 255", raw(kind=255, tag=3, batch=ob)),
         ("LOOKUP table 8", lk(table=8, tag=4)),
         ("UPDATE table 0xFFFF", up(table=0xFFFF, tag=5)),

@@ -1,0 +1,122 @@
+"""cocotb test: DLRM training with the RTL in the loop (``make demo``; cosim/train_demo.py runs
+it and writes the report).
+
+Parameters (environment): ``TCXL_CONFIG`` (DeviceConfig JSON), ``TCXL_TRAIN`` (JSON: ``model``
+= DLRMConfig fields, ``batches``, ``crashes`` = [[batch, fraction], ...], ``latency``,
+``mlp_cycles``, ``seed``, ``progress_every``, ``data`` = npz path or null), ``TCXL_TRAIN_OUT`` (result
+JSON path; also ``<out>.mlp`` = the final MLP parameters, ``<out>.tables.npz`` = the final
+tables read from the PMEM model).
+
+The trainer (:func:`sw_model.dlrm.train`) drives :class:`cosim.rtl_embedding.RtlDevice`, whose
+golden-model twin checks every completion, host read and recovery; the test fails on any
+difference, on a training error, or when the final memory outside staging differs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import cocotb
+import numpy as np
+from cocotb.clock import Clock
+from cocotb.task import bridge
+
+from cosim.device_driver import DeviceDriver
+from cosim.pmem import PmemModel
+from cosim.rtl_embedding import RtlDevice
+from hw.config import DeviceConfig
+from sw_model.dlrm import DLRM, DLRMConfig, init_tables, npz_data, synthetic_data, train
+from sw_model.embedding_device import ModelDevice
+from sw_model.memory import MemoryImage
+
+CLOCK_NS = 10
+
+
+def _say(msg: str):
+    print(f"  {msg}", flush=True)
+
+
+@cocotb.test()
+async def train_with_power_failures(dut):
+    spec = json.loads(os.environ["TCXL_TRAIN"])
+    out = Path(os.environ["TCXL_TRAIN_OUT"])
+    text = os.environ.get("TCXL_CONFIG")
+    cfg = DeviceConfig.from_json(text) if text else DeviceConfig()
+    seed = int(spec["seed"])
+    mcfg = DLRMConfig(**{k: tuple(v) if isinstance(v, list) else v
+                         for k, v in spec["model"].items()})
+    n = int(spec["batches"])
+    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+    lat = int(spec["latency"])
+    pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=lat, write_latency=lat,
+                     seed=seed, mem=MemoryImage(1 << cfg.addr_bits), log_writes=False)
+    drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True)
+    layout = mcfg.layout(cfg)
+    tables0 = init_tables(mcfg, cfg.frac_bits)
+    init = MemoryImage(1 << cfg.addr_bits)
+    for t, tab in enumerate(tables0):
+        init.write(layout.table_base[t], tab.astype("<i4").tobytes())
+    twin = ModelDevice(layout, tables0, mlp_lag=mcfg.lag_k, seed=seed)
+    dev = RtlDevice(layout, drv=drv, twin=twin, mlp_lag=mcfg.lag_k,
+                    mlp_cycles=int(spec["mlp_cycles"]), seed=seed, log=_say)
+    t0 = time.monotonic()
+    await dev.power_on(init)
+    dev.compare_memory("after the first recovery (superblock formatted)")
+    dev.plan_crashes([tuple(p) for p in spec["crashes"]])
+    model = DLRM(mcfg)
+    if spec.get("data"):
+        data = npz_data(spec["data"], mcfg.batch_size)[0]
+    else:
+        data = synthetic_data(mcfg)
+    every = int(spec.get("progress_every", 10))
+    state = {"last": time.monotonic()}
+
+    def progress(ev):
+        if ev["kind"] == "batch":
+            b = ev["batch"]
+            if b % every == 0 or b == n:
+                c = dev.phase_cycles.get(b, {})
+                _say(f"batch {b:4d}/{n}  loss {ev['loss']:.4f}  "
+                     f"{sum(c.values()):6d} cycles  crashes {len(dev.crashes)}  "
+                     f"{time.monotonic() - t0:6.0f} s")
+
+    def run():
+        res = train(dev, model, data, n, mcfg, progress=progress)
+        dev.final_check()
+        return res
+
+    prof = None
+    if os.environ.get("TCXL_TRAIN_PROFILE"):           # cProfile of the simulator process
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    res = await bridge(run)()
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(os.environ["TCXL_TRAIN_PROFILE"])
+    wall = time.monotonic() - t0
+    tables = dev.read_tables_q()
+    np.savez(str(out) + ".tables.npz", *tables)
+    Path(str(out) + ".mlp").write_bytes(model.to_bytes())
+    rep = dict(
+        seed=seed, batches=n, wall_s=round(wall, 1), cycles=pmem.cycle,
+        losses=[[b, float(x)] for b, x in res.loss_log],
+        preds={str(b): [p.tolist(), y.tolist()] for b, (p, y) in res.preds.items()},
+        snapshots=res.snapshots,
+        crashes=[dict(dev.crashes[i], **{
+            "trainer": dict(batch=c.batch, phase=c.phase, committed=c.committed,
+                            mlp_epoch=c.mlp_epoch, redone=c.redone, mlp_lost=c.mlp_lost,
+                            restart_failures=c.restart_failures)})
+            for i, c in enumerate(res.crashes)],
+        phase_cycles={str(b): v for b, v in sorted(dev.phase_cycles.items())},
+        snap_background={str(e): v for e, v in sorted(dev.snap_background.items())},
+        link=dev.link, stats=dev.stats, twin_checked=True,
+    )
+    if len(res.crashes) != len(dev.crashes):
+        raise AssertionError(f"{len(dev.crashes)} power failures injected but the trainer "
+                             f"recovered from {len(res.crashes)}")
+    out.write_text(json.dumps(rep))
+    print(f"  training done: {n} batches, {pmem.cycle} cycles, {wall:.0f} s", file=sys.stderr)

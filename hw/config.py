@@ -55,8 +55,18 @@ class DeviceConfig:
     log_set_sets: int = 1024   # logged-set sets (power of two); exact per-batch set of rows
     log_set_ways: int = 4      # logged-set ways (4096 rows per batch); a row that finds its
                                # set full is re-logged
-    log_window: int = 128      # undo records in flight at most (recovery scans this far past
-                               # the first invalid slot)
+    log_window: int = 2048     # undo records in flight at most, counted from slot allocation
+                               # (recovery scans this far past the first invalid slot: one
+                               # pipelined header read per slot). Above log_buffer_lines +
+                               # max_writes so that the buffer, not the window, is the limit.
+    log_buffer_lines: int = 1024  # undo logger write buffer (power of two): data lines queued
+                               # for the write port (block RAM, log_buffer_lines x 513 bit)
+                               # plus as many record headers (log_buffer_lines x 122 bit).
+                               # The LOOKUP tee stalls only when it is full; the backlog of a
+                               # LOOKUP of N new rows read at one line per cycle and written
+                               # at one line per cycle is N lines (the headers), so 1024
+                               # covers 1024 new rows of any dim. Default: 513 Kibit + 122
+                               # Kibit (16 + 4 Xilinx RAMB36 / 26 + 7 Intel M20K).
     upd_rows: int = 256        # update engine: rows in flight (exact tracker entries, a CAM)
 
     def __post_init__(self):
@@ -89,11 +99,13 @@ class DeviceConfig:
                              ("park_slots", 1, 16), ("host_reads", 2, 4096),
                              ("host_writes", 2, 4096), ("wr_buckets", 1, 4096),
                              ("poison_lines", 1, 64), ("log_set_sets", 1, 4096),
-                             ("log_set_ways", 1, 8), ("log_window", 1, 1024),
+                             ("log_set_ways", 1, 8), ("log_window", 1, 8192),
+                             ("log_buffer_lines", 2, 16384),
                              ("upd_rows", 2, 1024)):
             v = getattr(self, name)
             need(isinstance(v, int) and lo <= v <= hi, f"{name} must be {lo}..{hi}, got {v!r}")
-        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets"):
+        for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets",
+                     "log_buffer_lines"):
             v = getattr(self, name)
             need(v & (v - 1) == 0, f"{name} must be a power of two, got {v}")
 
@@ -151,9 +163,13 @@ CONFIGS = {
     # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
     # - UPDATE: 64 rows in flight (upd_rows; a 64 x 32-bit CAM): at one line per 4 cycles
     #   (128-bit beats) that covers a 256-cycle round trip (row read to write ack) at dim 16.
+    # - undo logger: 64 buffered lines (log_buffer_lines: 64 x 513 bit of data lines and
+    #   64 x 122 bit of headers; as block RAM 15 + 4 DP16KD, width-bound at 36 bit each, of
+    #   208), window 128 (a 128 x 2-bit FIFO).
     "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64, sf_sets=16,
                                bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64,
-                               log_set_sets=64, log_window=64, upd_rows=64),
+                               log_set_sets=64, log_window=128, log_buffer_lines=64,
+                               upd_rows=64),
 }
 
 

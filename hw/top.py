@@ -35,8 +35,11 @@ from .update.engine import UpdateEngine
 __all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS"]
 
 TOP_NAME = "trainingcxl_device"
-# requesters on the DCOH device port, highest priority first (docs/training.md section 8)
-PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("logger", (8, 9)), ("gather", (0, 1, 2)),
+# requesters on the DCOH device port, highest priority first (docs/training.md section 8). The
+# gather is above the undo logger: with a deep record buffer the logger always has a write
+# waiting, and the LOOKUP's output writes must not wait for the whole backlog to drain (the
+# logger makes no reads during a LOOKUP, and the gather is idle during an UPDATE).
+PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("gather", (0, 1, 2)), ("logger", (8, 9)),
             ("update", (4, 5, 6, 7)), ("snapshot", (11,)))
 
 

@@ -179,7 +179,12 @@ def main(argv=None) -> int:
     worst = max((t["d_auc_max"] for t in relaxed), default=0.0)
     verdict = (f"Largest |ΔAUC| of a relaxed setting against k={lags[0]} on the same schedule: "
                f"{worst:.4f} ({'within' if worst <= 0.001 else 'above'} the 0.001 claim).")
-    md += ["", verdict, "",
+    caveat = ("The golden model completes a SNAPSHOT before the next descriptor, so here k = 1 "
+              "(a snapshot every batch, COMMIT not waiting for it) loses no MLP step; on the "
+              "RTL a failure between a COMMIT and its still-copying snapshot loses one. k = 0 "
+              "and the restart-from-scratch baseline end with the same model as a run without "
+              "failures (redone batches are deterministic); they differ in lost work.")
+    md += ["", verdict, "", caveat, "",
            f"Reproduce: `make study` or `python -m sw_model.study --batches {a.batches} "
            f"--failures {a.failures} --seeds {a.seeds} --seed {a.seed} --lags {a.lags}`.", ""]
     (a.out / "study.md").write_text("\n".join(md))

@@ -5,10 +5,15 @@ Ports (A = ``cfg.addr_bits``):
 - ``tee_rows`` In stream ``log_row_layout(A)``: one entry per row a LOOKUP with LOG reads, in
   issue order; ``tee_lines`` In stream ``log_line_layout``: the dim/16 lines of each row, rows in
   the same order. A row's entry is taken before (at the earliest in the cycle the previous row
-  finishes) its lines; lines are taken one per cycle while the write queues have room, logged
+  finishes) its lines; lines are taken one per cycle while the write buffer has room, logged
   or not (a record's header is built in a side stage after its last data line and queued
-  separately, so it costs no tee cycle; sustained, new records are limited by the write port
-  at n/(n+1) lines per cycle, bursts are absorbed by the ``DQ_DEPTH``-line data queue).
+  separately, so it costs no tee cycle). The write buffer holds ``cfg.log_buffer_lines`` data
+  lines and as many headers (block RAM FIFOs): a run of new rows is taken at one line per
+  cycle until the backlog (record lines written minus lines drained by the write port) fills
+  it; only then does the tee wait for the write port (sustained: n/(n+1) lines per cycle for
+  n-line rows at one write per cycle). For the buffered writes to overlap the LOOKUP rather than
+  delay it, the gather's own writes (pooled outputs) must win over the logger's on a shared
+  write port (a lower priority for the logger), else its last output line waits for the drain.
 - ``ensure`` In stream ``log_row_layout(A)`` / ``ensure_done`` Out stream ``ensure_done_layout``,
   one answer per request, in order (UPDATE's synchronous path): row in the logged set → done
   (err 0) in the cycle the request is seen (``ensure`` taken with the answer; one per cycle
@@ -24,8 +29,9 @@ Ports (A = ``cfg.addr_bits``):
   UPDATE. No deadlock: only items whose ``ensure_done`` was already sent can hold ``q_busy``
   high, and they complete without the logger (see ``UpdateEngine``). Unconnected: 0 (no wait).
 - ``mem`` device request port: ids 8 (row reads of ``ensure``) and 9 (record writes, full
-  lines). Writes are issued in record order (data lines 1..dim/16 as they arrive, CRC computed
-  on the fly, then the header line 0; the next record's lines only after that header).
+  lines). Writes are issued in record order = slot order (data lines 1..dim/16, CRC computed
+  on the fly as they arrive, then the header line 0; the next record's lines only after that
+  header); the write port keeps its own slot pointer (every allocated slot is written).
 - ``batch`` In(64): the open batch; ``epoch`` In(64): the superblock's ``recovery_epoch``
   (header fields), both stable while working.
 - ``retire`` In(1) pulse, only while ``idle``: clears the logged set, the next slot, ``full``
@@ -59,8 +65,6 @@ __all__ = ["UndoLogger", "ID_LOG_READ", "ID_LOG_WRITE"]
 
 ID_LOG_READ, ID_LOG_WRITE = 8, 9
 KEY_BITS = 48          # (row, table)
-DQ_DEPTH = 16          # data lines queued for the write port
-HQ_DEPTH = 4           # headers queued (their data lines are ahead of them)
 
 
 class UndoLogger(wiring.Component):
@@ -133,33 +137,39 @@ class UndoLogger(wiring.Component):
 
         # ---- slots, window -------------------------------------------------------------------
         next_slot = Signal(32)
-        slot_line = Signal(la, init=base_line)
         at_full = next_slot == cfg.log_slots
         m.d.comb += self.records.eq(next_slot)
         inflight = Signal(range(cfg.log_window + 1))
         win_ok = inflight != cfg.log_window
         alloc = Signal()          # a record takes the next slot (its dim_log in ``alloc_dl``)
         alloc_dl = Signal(2)
-        # dim_log of each record in flight, allocation order (= write order = ack order)
-        m.submodules.rec_q = rec_q = fifo.SyncFIFO(width=2, depth=max(2, cfg.log_window))
+        # dim_log of each record in flight, allocation order (= write order = ack order). Block
+        # RAM FIFO (an entry is readable 2 cycles after its write; a record's first write
+        # acknowledgement comes at least 4 cycles after its allocation: line taken >= +1, data
+        # queue readable >= +3, write >= +3, response >= +4)
+        m.submodules.rec_q = rec_q = fifo.SyncFIFOBuffered(width=2,
+                                                           depth=max(2, cfg.log_window) + 1)
         m.d.comb += [rec_q.w_en.eq(alloc), rec_q.w_data.eq(alloc_dl)]
         with m.If(alloc):
-            m.d.sync += [next_slot.eq(next_slot + 1), slot_line.eq(slot_line + LOG_SLOT_LINES)]
+            m.d.sync += next_slot.eq(next_slot + 1)
 
         # ---- write queues and acknowledgements ----------------------------------------------
-        # dq: data lines (addr, data, last line of the record); hq: header fields of records
-        # whose data lines are all in dq. The port takes a record's data lines from dq, then its
-        # header from hq (record order).
+        # dq: data lines (data, last line of the record); hq: header fields of records whose
+        # data lines are all in dq (or written). The port takes a record's data lines from dq,
+        # then its header from hq (record order = slot order); addresses come from the port's
+        # own slot pointer ``w_line`` (slots are allocated and written in the same order, every
+        # allocated slot is written). Both FIFOs: sync-read memories of log_buffer_lines
+        # entries (block RAM) plus the output register.
         hq_fields = [("table", 16), ("row", 32), ("addr", cfg.addr_bits), ("dl", 2),
-                     ("line", la), ("crc", 32)]
+                     ("crc", 32)]
         hq_w = sum(w for _, w in hq_fields)
-        m.submodules.dq = dq = fifo.SyncFIFOBuffered(width=la + 512 + 1, depth=DQ_DEPTH)
-        m.submodules.hq = hq = fifo.SyncFIFOBuffered(width=hq_w, depth=HQ_DEPTH)
+        buf = cfg.log_buffer_lines
+        m.submodules.dq = dq = fifo.SyncFIFOBuffered(width=512 + 1, depth=buf + 1)
+        m.submodules.hq = hq = fifo.SyncFIFOBuffered(width=hq_w, depth=buf + 1)
         wq_push = Signal()
-        wq_addr = Signal(la)
         wq_data = Signal(512)
         wq_last = Signal()
-        m.d.comb += [dq.w_en.eq(wq_push), dq.w_data.eq(Cat(wq_addr, wq_data, wq_last))]
+        m.d.comb += [dq.w_en.eq(wq_push), dq.w_data.eq(Cat(wq_data, wq_last))]
 
         def unpack(bits, fields):
             out, off = {}, 0
@@ -177,19 +187,25 @@ class UndoLogger(wiring.Component):
                 m.d.comb += line[8 * off:8 * (off + w)].eq(vals[fname])
             return line
         rd_hdr = Signal()         # the port's next write is the header of the oldest record
+        w_line = Signal(la, init=base_line)   # slot (header line) of the oldest unwritten record
+        w_k = Signal(4)           # its data lines written
         hq_out = unpack(hq.r_data, hq_fields)
         hq_line = header(hq_out, hq_out["crc"], "hq_line")
         wr = self.mem.wr_req
         m.d.comb += [
             wr.valid.eq(Mux(rd_hdr, hq.r_rdy, dq.r_rdy)), wr.payload.id.eq(ID_LOG_WRITE),
-            wr.payload.addr.eq(Mux(rd_hdr, hq_out["line"], dq.r_data[:la])),
-            wr.payload.data.eq(Mux(rd_hdr, hq_line, dq.r_data[la:la + 512])),
+            wr.payload.addr.eq(Mux(rd_hdr, w_line, w_line + 1 + w_k)),
+            wr.payload.data.eq(Mux(rd_hdr, hq_line, dq.r_data[:512])),
             wr.payload.be.eq(-1),
             dq.r_en.eq(~rd_hdr & wr.ready), hq.r_en.eq(rd_hdr & wr.ready),
             self.mem.wr_resp.ready.eq(1),
         ]
         with m.If(wr.valid & wr.ready):
-            m.d.sync += rd_hdr.eq(~rd_hdr & dq.r_data[la + 512])
+            m.d.sync += rd_hdr.eq(~rd_hdr & dq.r_data[512])
+            with m.If(rd_hdr):
+                m.d.sync += [w_line.eq(w_line + LOG_SLOT_LINES), w_k.eq(0)]
+            with m.Else():
+                m.d.sync += w_k.eq(w_k + 1)
         ack_cnt = Signal(4)       # acks received of the oldest record in flight
         rec_done = Signal()
         with m.If(self.mem.wr_resp.valid):
@@ -206,7 +222,6 @@ class UndoLogger(wiring.Component):
         c_table, c_row, c_addr, c_dl = Signal(16), Signal(32), Signal(cfg.addr_bits), Signal(2)
         c_wr = Signal()           # the row is being logged (else drained)
         c_ens = Signal()          # lines come from our own reads (ensure), else from the tee
-        c_line = Signal(la)       # first line of the row's slot
         k = Signal(4)             # data lines taken
         rd_k = Signal(4)          # ensure: reads issued
         crc = Signal(32)
@@ -247,8 +262,7 @@ class UndoLogger(wiring.Component):
         with m.If(line_fire):
             m.d.sync += k.eq(k + 1)
             with m.If(c_wr):
-                m.d.comb += [wq_push.eq(1), wq_addr.eq(c_line + 1 + k), wq_data.eq(src_data),
-                             wq_last.eq(last)]
+                m.d.comb += [wq_push.eq(1), wq_data.eq(src_data), wq_last.eq(last)]
                 m.d.sync += crc.eq(crc_nx)
             with m.If(c_ens & resp.payload.err):
                 m.d.sync += [ens_err.eq(1), self.media_err.eq(1)]
@@ -257,7 +271,7 @@ class UndoLogger(wiring.Component):
                 with m.If(c_wr):
                     m.d.sync += [hp_valid.eq(1), hp["table"].eq(c_table), hp["row"].eq(c_row),
                                  hp["addr"].eq(c_addr), hp["dl"].eq(c_dl),
-                                 hp["line"].eq(c_line), hp["crc"].eq(crc_nx)]
+                                 hp["crc"].eq(crc_nx)]
         with m.If(finishing):
             m.d.sync += have.eq(0)
         with m.If(wr_err):
@@ -273,8 +287,7 @@ class UndoLogger(wiring.Component):
         def start(row, *, write, ens):
             m.d.sync += [have.eq(1), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT),
                          c_table.eq(row.table), c_row.eq(row.row), c_addr.eq(row.addr),
-                         c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens),
-                         c_line.eq(slot_line)]
+                         c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens)]
             if write:
                 m.d.comb += [alloc.eq(1), alloc_dl.eq(row.dim_log)]
 
@@ -342,7 +355,7 @@ class UndoLogger(wiring.Component):
 
         # ---- retire (only while idle) --------------------------------------------------------
         with m.If(self.retire):
-            m.d.sync += [next_slot.eq(0), slot_line.eq(base_line), self.full.eq(0),
+            m.d.sync += [next_slot.eq(0), w_line.eq(base_line), self.full.eq(0),
                          self.media_err.eq(0)]
             m.d.sync += valid.eq(0)
         return m

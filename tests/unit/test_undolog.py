@@ -1,7 +1,8 @@
 """UndoLogger (hw/undolog/logger.py) against an independent model of docs/training.md section 5:
 records byte-exact (header by hw.encodings.pack_fields, CRC by zlib), logged-set hash, insert
 and overflow, the ensure path (record persistent before its answer), log full, retire, the
-window limit and reset."""
+window limit, reset, writes in slot order (every test), and a long run of new rows taken at one
+line per cycle by a deep write buffer while the write port is slower."""
 import zlib
 
 import pytest
@@ -19,9 +20,11 @@ EPOCH = 0x0000_0042_0000_0007
 TABLE_BASE = 0x1_0000_0000
 
 
-def cfg_of(slots=64, sets=4, ways=2, window=4):
+def cfg_of(slots=64, sets=4, ways=2, window=4, buf=16):
+    """A small logger; ``buf`` (log_buffer_lines) small by default so that the tests also run
+    with the write buffer full (tee back-pressured by the write port)."""
     return DeviceConfig(log_size=576 * slots, log_set_sets=sets, log_set_ways=ways,
-                        log_window=window)
+                        log_window=window, log_buffer_lines=buf)
 
 
 def line_bytes(line_addr, salt=0):
@@ -116,7 +119,8 @@ class Bench:
     """UndoLogger with a behavioural memory (in-order responses, random latency and request
     stalls), a window/persistence monitor and a log image."""
 
-    def __init__(self, cfg, rng, *, rd_lat=(1, 8), wr_lat=(1, 12), p_stall=0.3, with_reset=False):
+    def __init__(self, cfg, rng, *, rd_lat=(1, 8), wr_lat=(1, 12), p_stall=0.3, p_wstall=None,
+                 with_reset=False):
         self.cfg, self.rng = cfg, rng
         self.dut = UndoLogger(cfg)
         if with_reset:
@@ -126,7 +130,8 @@ class Bench:
         else:
             self.top = self.dut
         self.rd_lat, self.wr_lat = rd_lat, wr_lat
-        self.rstall, self.wstall = Stall(rng, p_stall), Stall(rng, p_stall)
+        self.rstall = Stall(rng, p_stall)
+        self.wstall = Stall(rng, p_stall if p_wstall is None else p_wstall)
         self.base = cfg.log_base >> 6
         self.log = {}                 # line address -> 64 bytes written
         self.issued = {}              # slot -> writes issued
@@ -134,6 +139,7 @@ class Bench:
         self.open = set()             # slots with a write issued and not all acknowledged
         self.dims = {}                # slot -> number of writes the record needs (header seen)
         self.max_open = 0
+        self.last_slot = 0            # slot of the latest write (writes go in slot order)
         self.reads = []               # (line, cycle) of every read
         self.rd_err_lines = set()
         self.wr_err_lines = set()
@@ -143,6 +149,7 @@ class Bench:
         """Forget the log image (after a retire or reset, slots are reused)."""
         self.log, self.issued, self.acked, self.dims = {}, {}, {}, {}
         self.open = set()
+        self.last_slot = 0
 
     def slot_bytes(self, slot):
         n = self.dims.get(slot, 0)
@@ -200,6 +207,9 @@ class Bench:
                 assert wp.be == (1 << 64) - 1, "partial write"
                 slot, j = divmod(line - self.base, 9)
                 assert 0 <= slot < self.cfg.log_slots, f"write outside the log: line {line:#x}"
+                assert slot >= self.last_slot, \
+                    f"write to slot {slot} after a write to slot {self.last_slot}"
+                self.last_slot = slot
                 data = int(wp.data).to_bytes(64, "little")
                 self.log[line] = data
                 if j == 0:
@@ -406,6 +416,47 @@ def test_new_records_take_one_line_per_cycle():
     check_image(b, model, 8)
     print(f"tee cycles for 16 lines of 4 new dim-64 records: {cycles['tee']}")
     assert cycles["tee"] <= 16 + 1, f"tee took {cycles['tee']} cycles for 16 lines"
+
+
+@pytest.mark.parametrize("buf", [512, 16])
+def test_long_run_of_new_rows_not_stalled_by_a_slow_write_port(buf):
+    """No tee gaps; the write port is ready about half the time (random, seeded), write latency
+    5..30: 160 new rows (3 of dim 16, then 1 of dim 64: 280 tee lines, 440 record writes). With
+    a 512-line write buffer the tee takes every line at one per cycle (<= 280 + 2 cycles; the
+    backlog of about 300 lines fits); with 16 lines it waits for the write port (> 1.5 x 280
+    cycles: the test can see a stall). Either way the log holds exactly the model's records,
+    in slot order."""
+    seed = 41
+    cfg = cfg_of(slots=200, sets=256, ways=2, window=1024, buf=buf)
+    rng = make_rng(seed)
+    keys = rng.sample(range(1 << 20), 160)
+    rows = [(3, r, (0, 0, 0, 2)[i % 4], row_data(3, r, (0, 0, 0, 2)[i % 4], salt=i))
+            for i, r in enumerate(keys)]
+    n_lines = sum(1 << dl for _, _, dl, _ in rows)
+    assert n_lines == 280
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    assert model.next == 160
+    b = Bench(cfg, rng, p_stall=0.0, p_wstall=0.5, wr_lat=(5, 30))
+    cycles = {}
+
+    async def tb(ctx):
+        t0 = b.cycle
+        await b.tee(ctx, rows, p_gap=0.0)
+        cycles["tee"] = b.cycle - t0
+        await b.wait_idle(ctx, limit=20000)
+        cycles["idle"] = b.cycle - t0
+    b.run(tb, f"undolog_long_run_{buf}")
+    print(f"buffer {buf}: tee {cycles['tee']} cycles for {n_lines} lines, idle after "
+          f"{cycles['idle']}")
+    check_image(b, model, seed)
+    if buf == 512:
+        assert cycles["tee"] <= n_lines + 2, \
+            f"seed={seed}: tee took {cycles['tee']} cycles for {n_lines} lines"
+    else:
+        assert cycles["tee"] > 1.5 * n_lines, \
+            f"seed={seed}: tee took {cycles['tee']} cycles with a 16-line buffer"
 
 
 def test_ensure_hits_one_per_cycle():

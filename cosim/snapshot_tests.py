@@ -1,6 +1,6 @@
 """cocotb tests of MLP snapshots (docs/training.md section 9) on the full device against the model.
 
-Run through tests/cosim/test_snapshot.py (the Verilator build of ``DeviceConfig()`` shared with
+Run through tests/cosim/test_snapshot_cosim.py (the Verilator build of ``DeviceConfig()`` shared with
 tests/cosim/test_device.py). As in cosim/device_tests.py, every host action goes to the RTL and
 to ``sw_model.training.TrainingDevice`` (cosim.tb_device.DeviceTB); completions are compared
 (all fields but ``cycles``), then, once ``STATUS.SNAP_BUSY`` = 0, the whole memory image and

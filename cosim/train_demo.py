@@ -66,6 +66,9 @@ def _args(argv):
                          "held out")
     ap.add_argument("--out", type=Path, default=Path("build/report"))
     ap.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="record every boundary transaction (CXL.mem, media, CSR) as JSON lines "
+                         "here (docs/traces.md; large: one line per handshake)")
     a = ap.parse_args(argv)
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
@@ -208,7 +211,8 @@ def main(argv=None) -> int:
                           "TCXL_CONFIG": cfg.to_json(), "TCXL_TRAIN": json.dumps(spec),
                           "TCXL_TRAIN_OUT": str(res_path),
                           **({"TCXL_TRAIN_PROFILE": os.environ["TCXL_TRAIN_PROFILE"]}
-                             if os.environ.get("TCXL_TRAIN_PROFILE") else {})})
+                             if os.environ.get("TCXL_TRAIN_PROFILE") else {}),
+                          **({"TCXL_TRACE": str(a.trace.resolve())} if a.trace else {})})
     except cb.CosimError as e:
         err = e
     if err is not None or not res_path.exists():

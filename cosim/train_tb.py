@@ -3,7 +3,7 @@ it and writes the report).
 
 Parameters (environment): ``TCXL_CONFIG`` (DeviceConfig JSON), ``TCXL_TRAIN`` (JSON: ``model``
 = DLRMConfig fields, ``batches``, ``crashes`` = [[batch, fraction], ...], ``latency``,
-``mlp_cycles``, ``seed``, ``progress_every``, ``data`` = npz path or null), ``TCXL_TRAIN_OUT`` (result
+``mlp_cycles``, ``seed``, ``progress_every``, ``data`` = npz path or null), ``TCXL_TRACE`` (optional: record the boundary trace there), ``TCXL_TRAIN_OUT`` (result
 JSON path; also ``<out>.mlp`` = the final MLP parameters, ``<out>.tables.npz`` = the final
 tables read from the PMEM model).
 
@@ -54,6 +54,9 @@ async def train_with_power_failures(dut):
     pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=lat, write_latency=lat,
                      seed=seed, mem=MemoryImage(1 << cfg.addr_bits), log_writes=False)
     drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True)
+    if os.environ.get("TCXL_TRACE"):        # boundary trace + host action log (docs/traces.md)
+        from cosim.trace_device import record_from_env
+        record_from_env(dut, drv=drv, section="train", seed=seed, cfg=cfg, period_ns=CLOCK_NS)
     layout = mcfg.layout(cfg)
     tables0 = init_tables(mcfg, cfg.frac_bits)
     init = MemoryImage(1 << cfg.addr_bits)

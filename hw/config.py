@@ -53,7 +53,9 @@ class DeviceConfig:
     poison_lines: int = 8      # lines remembered as poisoned by host writes
     # training state (docs/training.md)
     log_set_sets: int = 1024   # logged-set sets (power of two); exact per-batch set of rows
-    log_set_ways: int = 4      # logged-set ways (4096 rows per batch); a row that finds its
+    log_set_ways: int = 8      # logged-set ways (8192 rows per batch; with 4 ways a batch of
+                               # 1023 random rows overflowed ~4 sets, each overflow a
+                               # synchronous re-log at UPDATE); a row that finds its
                                # set full is re-logged
     log_window: int = 2048     # undo records in flight at most, counted from slot allocation
                                # (recovery scans this far past the first invalid slot: one
@@ -67,7 +69,9 @@ class DeviceConfig:
                                # at one line per cycle is N lines (the headers), so 1024
                                # covers 1024 new rows of any dim. Default: 513 Kibit + 122
                                # Kibit (16 + 4 Xilinx RAMB36 / 26 + 7 Intel M20K).
-    upd_rows: int = 256        # update engine: rows in flight (exact tracker entries, a CAM)
+    upd_rows: int = 512        # update engine: rows in flight (exact tracker entries, a CAM);
+                               # covers the row read + write round trip at PMEM latency 200
+                               # (256 gave a write-port span of 0.85 there, 512 gives 0.997)
 
     def __post_init__(self):
         def need(cond, msg):
@@ -168,8 +172,8 @@ CONFIGS = {
     #   208), window 128 (a 128 x 2-bit FIFO).
     "fpga-ecp5": DEFAULT.with_(media_data_bits=128, max_reads=64, max_writes=64, sf_sets=16,
                                bi_tags=4, host_reads=64, host_writes=64, wr_buckets=64,
-                               log_set_sets=64, log_window=128, log_buffer_lines=64,
-                               upd_rows=64),
+                               log_set_sets=64, log_set_ways=4, log_window=128,
+                               log_buffer_lines=64, upd_rows=64),
 }
 
 

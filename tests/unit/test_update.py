@@ -662,15 +662,14 @@ def run_throughput(rows, cfg, name, dim=16):
 
 def test_update_throughput_distinct_rows():
     """Write-port utilization between the first and the last write (a deterministic property of
-    the pipeline: fixed latency 64, no stalls), default ``upd_rows`` 256: 512 sequential rows,
+    the pipeline: fixed latency 64, no stalls), ``upd_rows`` 256: 512 sequential rows,
     512 distinct random rows of 2^20 and 128 distinct random rows at dim 64 keep the write port
     >= 93 % busy (target 0.9; measured 0.957, 0.957, 0.992) without waiting or forwarding (the
     exact tracker has no false sharing). A Zipf-like mix with true repeats: repeats in flight
     are forwarded, not re-read (printed, loosely bounded). With ``upd_rows`` 32 (fewer entries
     than the ~130-cycle round trip) distinct rows wait on a full tracker: utilization about
     32 / 130, the result still exact."""
-    cfg = DeviceConfig(max_reads=128, max_writes=128)
-    assert cfg.upd_rows == 256
+    cfg = DeviceConfig(max_reads=128, max_writes=128, upd_rows=256)
     runs = [(list(range(512)), 16, "sequential rows"),
             (make_rng(58).sample(range(1 << 20), 512), 16, "distinct random rows of 2^20"),
             (make_rng(60).sample(range(1 << 20), 128), 64, "distinct random rows of 2^20")]

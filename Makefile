@@ -19,9 +19,11 @@ $(STAMP): pyproject.toml $(PKG_INITS)
 
 # The cosim tier must really run: the JUnit report is checked for at least one passed cosim
 # test, so a broken import, a skip or an empty selection cannot turn CI green.
+# Two pytest workers (JOBS=1 for a serial run), one test file per worker at a time so a module's
+# simulator build and its runs stay together.
 test: $(STAMP)
 	@mkdir -p build
-	$(PY) -m pytest tests --junitxml=$(JUNIT)
+	$(PY) -m pytest tests -n $(or $(JOBS),2) --dist loadfile --junitxml=$(JUNIT)
 	$(PY) -m cosim.build check-junit $(JUNIT) --require tests.cosim
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the

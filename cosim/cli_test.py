@@ -2,7 +2,7 @@
 
     trainingcxl test [pytest arguments]
 
-Runs ``pytest tests`` (or the given arguments) with a JUnit report in build/test-results.xml,
+Runs ``pytest tests -n 2 --dist loadfile`` (or the given arguments) with a JUnit report in build/test-results.xml,
 then requires that report to hold at least one passed cosim test (``cosim.build check-junit``),
 so a broken import, a skip or an empty selection cannot pass. Exit status: pytest's, or 1 when
 the report check fails.
@@ -22,7 +22,8 @@ def main(argv=None) -> int:
         print(__doc__.strip())
         return 0
     JUNIT.parent.mkdir(parents=True, exist_ok=True)
-    rc = subprocess.call([sys.executable, "-m", "pytest", *(argv or ["tests"]),
+    rc = subprocess.call([sys.executable, "-m", "pytest",
+                          *(argv or ["tests", "-n", "2", "--dist", "loadfile"]),
                           f"--junitxml={JUNIT}"])
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc

@@ -15,7 +15,6 @@ import pytest
 from cosim import build as cb
 from cosim.compare import compare_files, load_trace
 from hw.config import DeviceConfig
-from hw.top import TOP_NAME, TrainingCXLDevice
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def recorded(tmp_path_factory):
     cfg = DeviceConfig()
     t0 = time.monotonic()
-    b = cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    b = cb.device_build(cfg)
     t1 = time.monotonic()
     out = tmp_path_factory.mktemp("trace-compare")
     trace = out / "rtl.jsonl"

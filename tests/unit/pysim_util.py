@@ -154,3 +154,24 @@ def words_of(line):
 
 def line_of_words(words):
     return sum((w & 0xFFFF_FFFF) << (32 * i) for i, w in enumerate(words))
+
+
+class LineImage:
+    """Memory for request-port responders: {line address: 64 bytes}; missing lines read as
+    zeros; ``put`` applies a 64-bit byte-enable mask."""
+
+    def __init__(self, lines=None):
+        self.lines = dict(lines or {})
+
+    def copy(self):
+        return type(self)(self.lines)
+
+    def get(self, line):
+        return self.lines.get(line, bytes(64))
+
+    def put(self, line, raw, be=(1 << 64) - 1):
+        old = bytearray(self.get(line))
+        for i in range(64):
+            if (be >> i) & 1:
+                old[i] = raw[i]
+        self.lines[line] = bytes(old)

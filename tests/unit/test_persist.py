@@ -20,7 +20,7 @@ from hw.encodings import (LOG_HDR_FIELDS, LOG_MAGIC, LOG_SLOT_BYTES, SB_FIELDS, 
 from hw.persist import PERSIST_ID, PersistEngine
 from hw.reqport import RD_CUR
 
-from pysim_util import Stall, check_stream, make_rng, simulate
+from pysim_util import LineImage, Stall, check_stream, make_rng, simulate
 
 M64 = (1 << 64) - 1
 FULL_BE = (1 << 64) - 1
@@ -35,24 +35,8 @@ EPOCH_BE = 0xFF << 32                 # recovery_epoch: bytes 32..39 of the supe
 
 # ---- image building ----------------------------------------------------------------------------
 
-class Image:
+class Image(LineImage):
     """Memory as {line address: 64 bytes}; missing lines read as zeros."""
-
-    def __init__(self, lines=None):
-        self.lines = dict(lines or {})
-
-    def copy(self):
-        return Image(self.lines)
-
-    def get(self, line):
-        return self.lines.get(line, bytes(64))
-
-    def put(self, line, raw, be=FULL_BE):
-        old = bytearray(self.get(line))
-        for i in range(64):
-            if (be >> i) & 1:
-                old[i] = raw[i]
-        self.lines[line] = bytes(old)
 
     def slot_line(self, cfg, s):
         return (cfg.log_base + s * LOG_SLOT_BYTES) // 64

@@ -15,7 +15,7 @@ from hw.encodings import (LOG_SLOT_BYTES, SB_FIELDS, SB_MAGIC, SB_VERSION, SNAP_
                           SNAP_MAGIC, pack_fields, unpack_fields)
 from hw.persist import PERSIST_ID, PersistEngine
 
-from pysim_util import Stall, make_rng, simulate
+from pysim_util import LineImage, Stall, make_rng, simulate
 
 CFG = DEFAULT.with_(log_size=8 * LOG_SLOT_BYTES, log_window=2, slots_size=37 * 64)
 SLOT_BYTES = (CFG.slots_size // 2) // 64 * 64
@@ -28,19 +28,7 @@ def slot_line(i):
     return (CFG.slots_base + i * SLOT_BYTES) // 64
 
 
-class Image:
-    def __init__(self):
-        self.lines = {}
-
-    def get(self, line):
-        return self.lines.get(line, bytes(64))
-
-    def put(self, line, raw, be=M64):
-        old = bytearray(self.get(line))
-        for i in range(64):
-            if (be >> i) & 1:
-                old[i] = raw[i]
-        self.lines[line] = bytes(old)
+Image = LineImage
 
 
 def put_slot(img, rng, i, *, epoch, length, magic=SNAP_MAGIC, corrupt=False, junk_tail=True,

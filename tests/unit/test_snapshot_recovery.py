@@ -21,7 +21,6 @@ CFG = DEFAULT.with_(log_size=8 * LOG_SLOT_BYTES, log_window=2, slots_size=37 * 6
 SLOT_BYTES = (CFG.slots_size // 2) // 64 * 64
 CAP = SLOT_BYTES - 64
 SB_LINE = CFG.superblock_base // 64
-M64 = (1 << 64) - 1
 
 
 def slot_line(i):

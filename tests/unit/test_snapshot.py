@@ -17,7 +17,7 @@ from hw.encodings import SB_FIELDS, SNAP_HDR_FIELDS, SNAP_MAGIC, pack_fields
 from hw.reqport import RD_CUR
 from hw.snapshot import SNAP_ID, SnapshotEngine, snap_capacity, snap_slot_bytes
 
-from pysim_util import Stall, check_stream, make_rng, simulate
+from pysim_util import LineImage, Stall, check_stream, make_rng, simulate
 
 # slots region of 37 lines: two slots of 18 lines (capacity 1088 bytes) and one spare line
 CFG = DEFAULT.with_(slots_size=37 * 64, max_writes=8)
@@ -33,19 +33,11 @@ def pattern(line):
     return bytes(((line * 131) + 7 * i + (line >> 8)) & 0xFF for i in range(64))
 
 
-class Mem:
-    def __init__(self):
-        self.lines = {}
+class Mem(LineImage):
+    """LineImage whose never-written lines read as the guard pattern."""
 
     def get(self, line):
         return self.lines.get(line, pattern(line))
-
-    def put(self, line, raw, be=(1 << 64) - 1):
-        old = bytearray(self.get(line))
-        for i in range(64):
-            if (be >> i) & 1:
-                old[i] = raw[i]
-        self.lines[line] = bytes(old)
 
     def write_bytes(self, addr, data):
         for i, b in enumerate(data):

@@ -303,6 +303,27 @@ def check_image(b, model, seed):
         f"seed={seed}: slots written {sorted(b.dims)}, expected 0..{model.next - 1}"
     assert all(b.issued[s] == b.dims[s] for s in b.dims), f"seed={seed}: extra writes"
 
+def timed_tee(cfg, rows, rng, name, seed, *, idle_limit=5000, **bench_kw):
+    """Tee ``rows`` back to back into a ``Bench(cfg, rng, **bench_kw)``, wait until the logger is
+    idle, check the log image against the model of ``rows``; returns the model and the cycles
+    of the tee (``tee``) and until idle (``idle``)."""
+    model = LogModel(cfg)
+    for row in rows:
+        model.tee(*row)
+    b = Bench(cfg, rng, **bench_kw)
+    cycles = {}
+
+    async def tb(ctx):
+        t0 = b.cycle
+        await b.tee(ctx, rows, p_gap=0.0)
+        cycles["tee"] = b.cycle - t0
+        await b.wait_idle(ctx, limit=idle_limit)
+        cycles["idle"] = b.cycle - t0
+    b.run(tb, name)
+    check_image(b, model, seed)
+    return model, cycles
+
+
 
 def random_rows(rng, n, keys, dims=(0, 1, 2, 3), salt=0):
     """``n`` row reads drawn from ``keys`` (duplicates likely); one dim per table."""
@@ -375,21 +396,9 @@ def test_back_to_back_duplicate_sees_previous_insert_full_rate():
     cfg = cfg_of(slots=16, sets=4, ways=2, window=8)
     rows = [(0, r, 0, row_data(0, r, 0, salt=i)) for i, r in enumerate([5, 5, 6, 6, 5])]
     rows += [(0, 5, 0, row_data(0, 5, 0, salt=99))] * 40
-    model = LogModel(cfg)
-    for row in rows:
-        model.tee(*row)
-    rng = make_rng(6)
-    b = Bench(cfg, rng, p_stall=0.0, wr_lat=(1, 2))
-    cycles = {}
-
-    async def tb(ctx):
-        t0 = b.cycle
-        await b.tee(ctx, rows, p_gap=0.0)
-        cycles["tee"] = b.cycle - t0
-        await b.wait_idle(ctx)
-    b.run(tb, "undolog_b2b")
+    _, cycles = timed_tee(cfg, rows, make_rng(6), "undolog_b2b", 6, p_stall=0.0,
+                          wr_lat=(1, 2))
     print(f"tee cycles for 45 lines (2 new records): {cycles['tee']}")
-    check_image(b, model, 6)
     # 45 lines + 1 (the 2 headers cost no tee cycle; with a header cycle each: 47)
     assert cycles["tee"] <= 45 + 1, f"tee took {cycles['tee']} cycles for 45 lines"
 
@@ -401,19 +410,8 @@ def test_new_records_take_one_line_per_cycle():
     would show as 3 extra cycles: the last header comes after the last line)."""
     cfg = cfg_of(slots=16, sets=4, ways=2, window=8)
     rows = [(1, r, 2, row_data(1, r, 2, salt=r)) for r in (3, 4, 5, 6)]
-    model = LogModel(cfg)
-    for row in rows:
-        model.tee(*row)
-    b = Bench(cfg, make_rng(8), p_stall=0.0, wr_lat=(1, 2))
-    cycles = {}
-
-    async def tb(ctx):
-        t0 = b.cycle
-        await b.tee(ctx, rows, p_gap=0.0)
-        cycles["tee"] = b.cycle - t0
-        await b.wait_idle(ctx)
-    b.run(tb, "undolog_new_rate")
-    check_image(b, model, 8)
+    _, cycles = timed_tee(cfg, rows, make_rng(8), "undolog_new_rate", 8, p_stall=0.0,
+                          wr_lat=(1, 2))
     print(f"tee cycles for 16 lines of 4 new dim-64 records: {cycles['tee']}")
     assert cycles["tee"] <= 16 + 1, f"tee took {cycles['tee']} cycles for 16 lines"
 
@@ -434,23 +432,11 @@ def test_long_run_of_new_rows_not_stalled_by_a_slow_write_port(buf):
             for i, r in enumerate(keys)]
     n_lines = sum(1 << dl for _, _, dl, _ in rows)
     assert n_lines == 280
-    model = LogModel(cfg)
-    for row in rows:
-        model.tee(*row)
+    model, cycles = timed_tee(cfg, rows, rng, f"undolog_long_run_{buf}", seed,
+                              idle_limit=20000, p_stall=0.0, p_wstall=0.5, wr_lat=(5, 30))
     assert model.next == 160
-    b = Bench(cfg, rng, p_stall=0.0, p_wstall=0.5, wr_lat=(5, 30))
-    cycles = {}
-
-    async def tb(ctx):
-        t0 = b.cycle
-        await b.tee(ctx, rows, p_gap=0.0)
-        cycles["tee"] = b.cycle - t0
-        await b.wait_idle(ctx, limit=20000)
-        cycles["idle"] = b.cycle - t0
-    b.run(tb, f"undolog_long_run_{buf}")
     print(f"buffer {buf}: tee {cycles['tee']} cycles for {n_lines} lines, idle after "
           f"{cycles['idle']}")
-    check_image(b, model, seed)
     if buf == 512:
         assert cycles["tee"] <= n_lines + 2, \
             f"seed={seed}: tee took {cycles['tee']} cycles for {n_lines} lines"

@@ -90,10 +90,9 @@ def _args(argv):
         if a.batches > n_file:
             ap.error(f"--batches {a.batches}: {a.data} holds {n_file} training batches of "
                      f"{a.batch_size}")
-        bag = max(int(np.diff(o).max(initial=0)) for o in ev.offsets + fn(1).offsets)
-        full = [int(np.diff(fn(b).offsets[t]).max(initial=0)) for b in range(1, a.batches + 1)
-                for t in range(len(rows))]
-        pooling = (0, max([bag, *full, 1]))
+        # the staging layout must hold the longest bag of any batch trained or evaluated
+        offs = [o for b in range(1, a.batches + 1) for o in fn(b).offsets] + list(ev.offsets)
+        pooling = (0, max([1, *(int(np.diff(o).max(initial=0)) for o in offs)]))
         a.file_data = (fn, ev)
     alphas = (d.alphas * len(rows))[:len(rows)]
     try:

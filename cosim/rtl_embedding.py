@@ -48,7 +48,7 @@ from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
 
 from cosim.powerfail import load_image, power_fail
 from hw.encodings import CPL_FIELDS
-from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure, _JournalMemory
+from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
 
 __all__ = ["RtlDevice", "TwinMismatch"]
 
@@ -277,11 +277,7 @@ class RtlDevice(FixedPointEmbeddings):
 
     def _twin_restart(self, c, slot, epoch):
         tw = self.twin
-        mem = _JournalMemory(self.crash_image.mem.size)
-        mem._lines = {a: bytearray(v) for a, v in self.crash_image.mem._lines.items()}
-        tw.mem = mem
-        tw.cancel_power_failure()
-        tw._power_on()
+        tw.restart_from(self.crash_image.mem)
         got = (c, slot, epoch)
         want = (tw.dev.committed, tw.dev.mlp_slot, tw.dev.mlp_epoch)
         if got != want:

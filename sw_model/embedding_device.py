@@ -565,6 +565,15 @@ class ModelDevice(FixedPointEmbeddings):
         self._fail_at = self.writes + int(after_writes) + 1
         self.mem.journal = True
 
+    def restart_from(self, mem: MemoryImage):
+        """Power on over a copy of ``mem`` (e.g. another device's crash image), reprogram and
+        recover as :meth:`restart_device` does (lock-step twins of the RTL use it)."""
+        m = _JournalMemory(mem.size, mem.fill)
+        m._lines = {a: bytearray(v) for a, v in mem._lines.items()}
+        self.mem = m
+        self.cancel_power_failure()
+        self._power_on()
+
     def cancel_power_failure(self):
         self._fail_at = None
         self.mem.journal = False

@@ -7,14 +7,18 @@ One JSON object per line (docs/traces.md), in the order the host saw them comple
   uses it only to find synchronisation points);
 * ``{"act": "poke", "addr", "data": hex}``: backdoor write of host data into the media;
 * ``{"act": "reset", "cycle"}``: device reset asserted (memory kept);
+* ``{"act": "load", "lines": {hex address: hex}}``: the media replaced, while reset was
+  asserted, by an image holding exactly these lines (every other line reads as zero): the
+  tables a job starts from, or the crash image a power failure left;
 * ``{"act": "cxl", "tag", "ch", "hdr": {...}, "data": hex, "be": hex, "kind", "cycle",
   "ndr": [...], "drs": [...]}``: a completed host CXL.mem transaction (request header and, for
-  RwD, its data and byte enables; the responses the host got are kept for reading only).
+  RwD, its data and byte enables; the responses the host got are kept for reading only);
+  ``"cut": true`` marks one still outstanding when a power cycle ended the host.
 
 Hooks: :meth:`ActionLog.attach` wraps the driver's CSR master (``raw_read``/``raw_write``, so
 named and raw accesses are both seen) and sets ``drv.actions``; ``DeviceDriver`` calls
 :meth:`attach_host` for every new host model (an observer of ``HostCore``), :meth:`reset` at a
-power cycle and :meth:`poke` for backdoor writes. No cocotb import at module level.
+power cycle, :meth:`poke` for backdoor writes and :meth:`load` for media images loaded in reset. No cocotb import at module level.
 """
 from __future__ import annotations
 
@@ -54,7 +58,19 @@ class ActionLog:
     def reset(self):
         self._add({"act": "reset"})
 
-    def on_txn_done(self, txn, now=None):
+    def load(self, mem):
+        """The media was replaced by ``mem`` (a ``MemoryImage``): its stored lines, by address."""
+        self._add({"act": "load",
+                   "lines": {format(a, "x"): mem.read(a, 64).hex() for a in mem.lines()}})
+
+    def cut(self, core):
+        """A power cycle ends ``core``'s host transactions still outstanding: each is logged
+        like a completed one with ``"cut": true`` and no responses (the device may or may not
+        have seen and answered it)."""
+        for tag in sorted(core.txns):
+            self.on_txn_done(core.txns[tag], cut=True)
+
+    def on_txn_done(self, txn, now=None, *, cut=False):
         """HostCore observer: a host transaction completed."""
         p = txn.payload
         h = p["hdr"]
@@ -63,6 +79,11 @@ class ActionLog:
         if txn.channel == "m2s_rwd":
             d["data"] = int(p["data"]).to_bytes(64, "little").hex()
             d["be"] = format(int(p["be"]), "016x")
+        if cut:
+            d["cut"] = True
+            d["ndr"], d["drs"] = [], []
+            self._add(d)
+            return
         d["ndr"] = [] if txn.ndr is None else [int(txn.ndr["opcode"])]
         d["drs"] = [] if txn.drs is None else [
             {"opcode": int(txn.drs["opcode"]), "poison": int(txn.drs.get("poison", 0)),

@@ -45,7 +45,7 @@ from cocotb.triggers import RisingEdge, Timer
 
 from cosim.device_driver import DeviceDriver
 from cosim.pmem import PmemModel
-from cosim.powerfail import load_image, power_fail
+from cosim.powerfail import power_fail
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
 from hw.encodings import DescKind
@@ -155,7 +155,7 @@ class CrashBench:
         equal to the model. Returns its length in cycles (from DCOH ready to the last
         completion read)."""
         wl = self.wl
-        await self.drv.power_cycle(in_reset=lambda: load_image(self.pmem, wl.initial))
+        await self.drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
         t0 = self.cycle()
         prog = Progress()
         self.drv.phase_cycles.clear()
@@ -180,7 +180,7 @@ class CrashBench:
         ``{i: (CrashImage, progress dict) or exception}``."""
         wl, drv = self.wl, self.drv
         out = {}
-        await drv.power_cycle(in_reset=lambda: load_image(self.pmem, wl.initial))
+        await drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
         prog = Progress()
         t_start = self.cycle()
         task = cocotb.start_soon(self.run_batches(1, prog))
@@ -222,7 +222,7 @@ class CrashBench:
             img, prog = snap
             rec.update(prog)
             rec.update({k: v for k, v in img.stats().items() if k != "seed"})
-            await drv.power_cycle(in_reset=lambda: load_image(self.pmem, img))
+            await drv.power_cycle(in_reset=lambda: drv.load_image(img))
             t_rec = self.cycle()
             c = await drv.recover()
             rec["recover_cycles"] = self.cycle() - t_rec

@@ -128,6 +128,8 @@ class DeviceDriver:
         """Assert reset for ``cycles``, run ``in_reset()`` (e.g. load a memory image) while it is
         asserted, release it, wait for the DCOH's init sweep (``ready`` port) and start a fresh
         host. The ring state the driver kept is forgotten."""
+        if self.actions is not None and self.host is not None:
+            self.actions.cut(self.host.core)
         self.stop_host()
         self.drive_idle()
         self.reset_sig.value = 1
@@ -223,6 +225,16 @@ class DeviceDriver:
             self.pmem.mem.write(a, d)
             if self.actions is not None:
                 self.actions.poke(a, d)
+
+    def load_image(self, image):
+        """Replace the PMEM model's media by ``image`` (a ``CrashImage`` or a memory), with
+        its queues dropped (``cosim.powerfail.load_image``); call it while reset is asserted
+        (``power_cycle(in_reset=lambda: drv.load_image(img))``). Reported to the action log,
+        so the model's replay starts from the same media."""
+        from cosim.powerfail import load_image
+        load_image(self.pmem, image)
+        if self.actions is not None:
+            self.actions.load(self.pmem.mem)
 
     async def write_lines(self, items):
         """``[(addr, 64 bytes)]`` through the host (MemWr, all issued, then all Cmps) or

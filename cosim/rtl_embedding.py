@@ -46,7 +46,7 @@ from cocotb.task import resume
 import numpy as np
 from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
 
-from cosim.powerfail import load_image, power_fail
+from cosim.powerfail import power_fail
 from hw.encodings import CPL_FIELDS
 from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
 
@@ -176,7 +176,7 @@ class RtlDevice(FixedPointEmbeddings):
     async def power_on(self, init_image):
         """First power-on: reset with ``init_image`` (tables) in PMEM, recover (formats the
         superblock), program directory, rings and MLP_LAG."""
-        await self._a_boot(lambda: load_image(self.pmem, init_image))
+        await self._a_boot(lambda: self.drv.load_image(init_image))
 
     async def _a_boot(self, in_reset):
         drv, L = self.drv, self.layout
@@ -269,7 +269,7 @@ class RtlDevice(FixedPointEmbeddings):
         self._pf = Event()
         self.dead = False
         self._armed = None
-        c = await self._a_boot(lambda: load_image(self.pmem, img))
+        c = await self._a_boot(lambda: self.drv.load_image(img))
         slot = await self.drv.read("MLP_SLOT")
         epoch = await self.drv.read64("MLP_EPOCH")
         n_rec = await self.drv.read("RECOVERED_RECORDS")

@@ -3,7 +3,8 @@
 Input: the host-level action log of a run (``cosim.action_log`` writes it; JSON lines, schema in
 docs/traces.md): CSR writes/reads as the host issued them (with the response the host got,
 used only to find synchronisation points, see below), backdoor writes of host data ("pokes"),
-completed host CXL.mem transactions (request fields only are used) and device resets.
+media images loaded during reset ("load"), completed host CXL.mem transactions (request fields
+only are used) and device resets.
 
 Output: the trace the device must produce, as semantic events (docs/traces.md):
 
@@ -34,12 +35,14 @@ import json
 from pathlib import Path
 
 from hw.config import DeviceConfig
-from hw.encodings import CPL_BYTES, CPL_FIELDS, N_TABLES, DescKind, DeviceError, unpack_fields
+from hw.encodings import (CPL_BYTES, CPL_FIELDS, N_TABLES, SB_FIELDS, DescKind, DeviceError,
+                          unpack_fields)
 from .coherence import NXM_DATA, expected_req, expected_rwd
 from .memory import MemoryImage
 from .training import REGMAP_JSON, TrainingDevice
 
 __all__ = ["SEMANTIC", "ACTIONS", "RAW", "COVERS", "LineOverlay", "RegMap", "expected_events",
+           "commit_image_regions",
            "expected_from_file", "cpl_cycles_range", "hexbe", "read_jsonl", "TraceFormatError"]
 
 SEMANTIC = "trainingcxl-semantic"
@@ -116,14 +119,30 @@ class LineOverlay:
         self.count[addr] = k + 1
         return {"ev": "mwr", "addr": addr, "k": k, "be": hexbe(be), "data": bytes(buf).hex()}
 
-    def image(self, regions) -> dict:
+    def image(self, regions, skip=()) -> dict:
+        """Per-line hashes of the written lines inside ``regions``; the bytes of ``skip``
+        (``(address, length)`` ranges) are left out, content and mask."""
         out = {}
         for a in sorted(self.lines):
             if any(b <= a < b + s for b, s in regions):
-                content, mask = self.lines[a]
+                content, mask = bytearray(self.lines[a][0]), self.lines[a][1]
+                for sa, n in skip:
+                    for i in range(max(sa, a) - a, min(sa + n, a + LINE) - a):
+                        content[i] = 0
+                        mask &= ~(1 << i)
                 h = hashlib.sha256(bytes(content) + mask.to_bytes(8, "little")).hexdigest()
                 out[format(a, "x")] = h[:16]
         return out
+
+
+def commit_image_regions(cfg: DeviceConfig) -> tuple[list, list]:
+    """What a COMMIT's ``image`` event hashes: ``(regions, skip)``. The table region and the
+    superblock, less the superblock's MLP flip word: a SNAPSHOT still copying in the background
+    writes it whenever it finishes, before or after a later COMMIT (training.md section 9), so
+    its value at a commit is not fixed; each flip write is compared as an ``mwr`` event."""
+    off, width = next((o, w) for n, o, w in SB_FIELDS if n == "mlp_slot")
+    return ([(cfg.table_base, cfg.table_size), (cfg.superblock_base, cfg.superblock_size)],
+            [(cfg.superblock_base + off, width)])
 
 
 class RegMap:
@@ -198,6 +217,8 @@ class _Replay:
         self.tag_n: dict[int, int] = {}
         self.caching = False
         self._cpl_write = False
+        self._may = False               # events of work a power failure may have cut
+        self._recover_from = 0          # first event of the recovery in progress
         self._power_on()
 
     # -- state -----------------------------------------------------------------------------
@@ -216,6 +237,8 @@ class _Replay:
 
     def _emit(self, ev: dict):
         ev.setdefault("cycle", None)
+        if self._may:
+            ev["may"] = True
         self.events.append(ev)
 
     def _media_write(self, addr: int, data: bytes):
@@ -252,10 +275,8 @@ class _Replay:
             self._image(c["batch"])
 
     def _image(self, batch):
-        cfg = self.cfg
-        regions = [(cfg.table_base, cfg.table_size), (cfg.superblock_base, cfg.superblock_size)]
         self._emit({"ev": "image", "n": self.n_commit, "batch": batch,
-                    "lines": self.overlay.image(regions)})
+                    "lines": self.overlay.image(*commit_image_regions(self.cfg))})
         self.n_commit += 1
 
     def _run_until(self, head=None):
@@ -316,6 +337,7 @@ class _Replay:
             self._sync_update()
         elif name == "CONTROL":
             if v & rm.bit("CONTROL", "RECOVER"):
+                self._recover_from = len(self.events)
                 if m.recover() >= 0:
                     self.recovering = True
                 self._sync_update()
@@ -413,10 +435,46 @@ class _Replay:
             self.mem.backdoor = False
 
     def reset(self, a: dict):
+        """Reset (a power cycle): work the host had not seen finish may or may not have been
+        done by the device, so its events are marked ``may``: the descriptors still pending
+        (executed now) and the writes of a recovery not yet seen complete. Images restart."""
+        if self.recovering:
+            for ev in self.events[self._recover_from:]:
+                if ev["ev"] == "mwr":
+                    ev["may"] = True
+        if self.m.pending:
+            self._may = True
+            try:
+                self._run_until()
+            finally:
+                self._may = False
         self._emit({"ev": "reset", "cycle": a.get("cycle")})
         self._power_on()
+        self.overlay = LineOverlay()
+
+    def load(self, a: dict):
+        """The media replaced by an image (in reset): exactly the given lines, zeros elsewhere."""
+        lines = {int(k, 16): bytes.fromhex(v) for k, v in a["lines"].items()}
+        for addr, data in lines.items():
+            if addr % LINE or len(data) != LINE:
+                raise ValueError(f"load: line {addr:#x} must be a whole aligned line")
+        self.mem._lines.clear()
+        self.mem.backdoor = True
+        try:
+            for addr, data in sorted(lines.items()):
+                self.mem.write(addr, data)
+        finally:
+            self.mem.backdoor = False
 
     def cxl(self, a: dict):
+        """A host transaction; one cut by a power cycle (``cut``) gives ``may`` events."""
+        self._may = bool(a.get("cut"))
+        try:
+            self._cxl(a)
+        finally:
+            self._may = False
+
+    def _cxl(self, a: dict):
         h = a["hdr"]
         tag = int(h["tag"])
         n = self.tag_n.get(tag, 0)
@@ -458,7 +516,7 @@ def expected_events(actions, cfg: DeviceConfig | None = None, *, regmap=None) ->
     (``{"trace": SEMANTIC, "source": "model", "covers": [...]}``)."""
     rp = _Replay(cfg or DeviceConfig(), regmap or RegMap())
     handlers = {"csr_write": rp.csr_write, "csr_read": rp.csr_read, "poke": rp.poke,
-                "reset": rp.reset, "cxl": rp.cxl}
+                "reset": rp.reset, "load": rp.load, "cxl": rp.cxl}
     for a in actions:
         act = a.get("act")
         if act is None:

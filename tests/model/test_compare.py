@@ -409,3 +409,99 @@ def test_load_trace_sections(traces, tmp_path):
     f = _write(tmp_path / "two.jsonl", [*raw, {**raw[0], "section": "second"}, *raw[1:]])
     secs = load_trace(f)
     assert list(secs) == ["", "second"]
+
+
+def crash_workload():
+    """The workload cut at batch 2's first doorbell (the host never sees those descriptors
+    finish, and one host read is still outstanding), then a power cycle that loads an image of
+    the two tables only, a recovery (which must format the superblock) and host reads of the
+    tables and the superblock."""
+    acts = workload()
+    tail_w = [i for i, a in enumerate(acts)
+              if a.get("act") == "csr_write" and a["addr"] == RM.off["CMD_TAIL"]]
+    cut = acts[:tail_w[2] + 1]                     # batch 1 rings twice, batch 2's first
+    tables = [a for a in acts if a.get("act") == "poke"
+              and CFG.table_base <= a["addr"] < CFG.table_base + CFG.table_size]
+    image = {}
+    for a in tables:
+        data = bytes.fromhex(a["data"])
+        for o in range(0, len(data), 64):
+            line = data[o:o + 64].ljust(64, b"\0")
+            image[format(a["addr"] + o, "x")] = line.hex()
+    h = Host(7)
+    h.tag = 5000
+    h.acts = []
+    h.cxl_read(CFG.table_base + 128)
+    cut.append({**h.acts.pop(), "cut": True})
+    h.acts = [{"act": "reset"}, {"act": "load", "lines": image}]
+    h.w("CONTROL", 1)
+    h.r("STATUS", 4)
+    h.cxl_read(CFG.table_base + 64)
+    h.cxl_read(CFG.superblock_base)
+    h.r("COMMITTED_LO", 0)
+    return cut + h.acts, image
+
+
+@pytest.fixture(scope="module")
+def crash_traces():
+    acts, image = crash_workload()
+    exp = expected_events(acts, CFG)
+    return acts, exp, image
+
+
+def test_power_cycle_marks_cut_work_and_loads_the_image(crash_traces):
+    acts, exp, image = crash_traces
+    may = [e for e in exp[1:] if e.get("may")]
+    assert {e["ev"] for e in may} == {"mwr", "cpl", "cxl"}, {e["ev"] for e in may}
+    assert all(e["ev"] != "image" for e in may)      # batch 2's COMMIT was not rung yet
+    resets = [e["i"] for e in exp[1:] if e["ev"] == "reset"]
+    assert all(e["i"] < resets[-1] for e in may)
+    # after the load, host reads see the image (not what batch 1 wrote to the table lines)
+    rd = [e for e in exp[1:] if e["ev"] == "cxl" and e["i"] > resets[-1]]
+    assert rd[0]["drs"][0]["data"] == image[format(CFG.table_base + 64, "x")]
+    sb = [e for e in exp[1:] if e["ev"] == "mwr" and e["i"] > resets[-1]]
+    assert sb and all(e["addr"] == CFG.superblock_base and not e.get("may") for e in sb)
+
+
+def test_power_cycle_device_may_have_done_any_prefix(crash_traces):
+    acts, exp, _ = crash_traces
+    full = perfect_device(exp, acts)
+    assert compare(_red(full), exp).equal
+    none = perfect_device([e for e in exp if not e.get("may")], acts)
+    res = compare(_red(none), exp)
+    assert res.equal, res.report
+    # a prefix per line: only the first may-write of each line done
+    seen, part = set(), []
+    for e in exp:
+        if e.get("ev") == "mwr" and e.get("may"):
+            if e["addr"] in seen:
+                continue
+            seen.add(e["addr"])
+        part.append(e)
+    assert compare(_red(perfect_device(part, acts)), exp).equal
+
+
+def test_power_cycle_divergences_still_found(crash_traces):
+    acts, exp, _ = crash_traces
+    # a may-write the device did, with a wrong byte
+    bad = copy.deepcopy(exp)
+    w = next(e for e in bad[1:] if e["ev"] == "mwr" and e.get("may") and e["be"] == "f" * 16)
+    w["data"] = ("%02x" % (int(w["data"][:2], 16) ^ 1)) + w["data"][2:]
+    _check(compare(_red(perfect_device(bad, acts)), exp), "mwr", "data",
+           ("line", w["addr"], "k", w["k"]))
+    # a write in the recovered epoch that the model does not make
+    bad = copy.deepcopy(exp)
+    last = bad[-1]["i"]
+    bad.append({"ev": "mwr", "addr": CFG.table_base, "k": 0, "be": "f" * 16,
+                "data": "11" * 64, "i": last + 1})
+    res = compare(_red(perfect_device(bad, acts)), exp)
+    assert not res.equal and res.divergence.field == "missing", res.report
+    assert res.divergence.key[:2] == ("epoch", 1), res.report
+    # the second recovery's superblock writes dropped
+    reset = [e["i"] for e in exp[1:] if e["ev"] == "reset"][-1]
+    bad = [e for e in exp if not (e.get("ev") == "mwr" and e["addr"] == CFG.superblock_base
+                                  and e["i"] > reset)]
+    res = compare(_red(perfect_device(bad, acts)), exp)
+    d = res.divergence
+    assert not res.equal and (d.cls, d.field) == ("mwr", "missing"), res.report
+    assert d.key[:4] == ("epoch", 1, "line", CFG.superblock_base), res.report

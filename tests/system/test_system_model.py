@@ -109,7 +109,7 @@ def test_time_and_energy_accounting_sums(clock, wname):
                             (r.link_bytes + r.pcie_bytes) * 8 * p["link_pj_bit"] * 1e-12)
         assert r.busy["cpu"] <= T + 1e-15 and r.time["mlp"] <= T
         if s == "trainingcxl":
-            dev = sum(r.time[k] for k in ("lookup", "update", "commit", "snapshot"))
+            dev = sum(r.time[k] for k in ("lookup", "log_drain", "update", "commit", "snapshot"))
             assert math.isclose(r.energy["device"], p["device_logic_w"] * dev
                                 + p["device_idle_w"] * (T - dev))
             assert r.busy["cpu"] == 0.0

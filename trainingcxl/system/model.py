@@ -218,27 +218,38 @@ def link_bytes_table(t: Table, B: int, *, near_data: bool) -> float:
 
 
 def _device_table(t: Table, B: int, p: Params, L: int, f: cyc.Formulas) -> dict:
+    """One table's LOOKUP+LOG and UPDATE on one device. ``t_lookup`` includes every undo
+    record write (the step subtracts what the record buffer absorbs, once for all tables);
+    ``t_lookup_floor`` is the LOOKUP without any record write (what an unbounded buffer
+    would leave)."""
     n, U, rb = t.lookups(B), t.distinct(B), t.row_bytes
     clk = p["clock_hz"]
     row_lines = _lines(rb)
+    staging = 0.0 if p["staging_dram"] else 1.0      # staging traffic on the PMEM media?
     idx_bytes = 4 * n + 4 * (B + 1)
-    # LOOKUP+LOG: rows (whole XPLines), index lists; writes: outputs, undo records beyond what
-    # the record buffer holds when the command completes
-    lk_cyc = f.lookup(n_bags=B, lookups=n, dim=t.dim, distinct=U, latency=L)
     rec_bytes = U * (row_lines + 1) * LINE
     out_bytes = B * row_lines * LINE
-    lk_read = n * _granule(rb, p) + idx_bytes
-    lk_write_crit = out_bytes + max(0.0, rec_bytes - p["log_buffer_lines"] * LINE)
-    t_lookup = max(lk_cyc / clk, _media_time(lk_read, lk_write_crit, p))
-    # UPDATE: gradients, index lists, the rows; every (bag, row) update writes its row lines
-    up_cyc = f.update(n_bags=B, lookups=n, dim=t.dim, distinct=U, latency=L)
-    up_read = U * _granule(rb, p) + idx_bytes + out_bytes
-    up_write = n * _granule(rb, p)
+    # LOOKUP+LOG: reads rows (whole XPLines) and the index lists; writes pooled outputs and
+    # one undo record per new row
+    lk_cyc = f.lookup(n_bags=B, lookups=n, dim=t.dim, distinct=U, latency=L)
+    lk_cyc0 = f.lookup(n_bags=B, lookups=n, dim=t.dim, distinct=0, latency=L)
+    lk_read = n * _granule(rb, p) + staging * idx_bytes
+    t_lookup = max(lk_cyc / clk, _media_time(lk_read, staging * out_bytes + rec_bytes, p))
+    t_floor = max(lk_cyc0 / clk, _media_time(lk_read, staging * out_bytes, p))
+    # UPDATE: gradients, index lists, rows (once per distinct row); the RTL writes a row once
+    # per (bag, row) item, a coalescing engine once per distinct row
+    items = U if p["update_coalesced"] else n
+    up_cyc = f.update(n_bags=B, lookups=items, dim=t.dim, distinct=U, latency=L)
+    up_read = U * _granule(rb, p) + staging * (idx_bytes + out_bytes)
+    up_write = items * _granule(rb, p)
     t_update = max(up_cyc / clk, _media_time(up_read, up_write, p))
-    return dict(t_lookup=t_lookup, t_update=t_update, lookup_cycles=lk_cyc, update_cycles=up_cyc,
-                media_read=lk_read + up_read, media_write=out_bytes + rec_bytes + up_write,
+    return dict(t_lookup=t_lookup, t_lookup_floor=t_floor, t_update=t_update,
+                rec_bytes=rec_bytes, lookup_cycles=lk_cyc, update_cycles=up_cyc,
+                media_read=lk_read + up_read,
+                media_write=staging * out_bytes + rec_bytes + up_write,
                 link=link_bytes_table(t, B, near_data=True),
-                lookup_port_bound=lk_cyc / clk >= _media_time(lk_read, lk_write_crit, p))
+                lookup_port_bound=lk_cyc / clk >= _media_time(
+                    lk_read, staging * out_bytes + rec_bytes, p))
 
 
 def shards(w: Workload, p: Params) -> list[Table]:
@@ -262,11 +273,20 @@ def _trainingcxl(w: Workload, p: Params, f: cyc.Formulas, devices: int = 1) -> S
     per = [_device_table(t, B, p, L, f) for t in tables]
     # tables spread over ``devices`` devices (largest work first onto the least loaded); the
     # devices run in parallel, one command at a time each
-    load = [[0.0, 0.0] for _ in range(devices)]
+    load = [[0.0, 0.0, 0.0, 0.0] for _ in range(devices)]   # lookup, update, records, floor
     for d in sorted(per, key=lambda d: -(d["t_lookup"] + d["t_update"])):
         k = min(range(devices), key=lambda i: load[i][0] + load[i][1])
         load[k][0] += d["t_lookup"]
         load[k][1] += d["t_update"]
+        load[k][2] += d["rec_bytes"]
+        load[k][3] += d["t_lookup_floor"]
+    # the record buffer (log_buffer_lines) takes up to its size of each device's records off
+    # the LOOKUPs; they drain afterwards, behind the transfers and the MLP
+    buf = p["log_buffer_lines"] * LINE
+    for l in load:
+        credit = min(buf, l[2]) / p["pmem_write_bw"]
+        l[0] = max(l[3], l[0] - credit)
+    drain = max(min(buf, l[2]) / p["pmem_write_bw"] for l in load)
     hop = p["cxl_latency_ns"] + (p["switch_latency_ns"] if devices > 1 else 0.0)
     # per command: descriptor write, doorbell, completion poll over the link (host side)
     cmd_overhead = 2 * hop * 1e-9
@@ -275,11 +295,17 @@ def _trainingcxl(w: Workload, p: Params, f: cyc.Formulas, devices: int = 1) -> S
     idx_bytes = sum(4 * t.lookups(B) + 4 * (B + 1) for t in tables)
     emb_bytes = B * sum(_lines(t.row_bytes) * LINE for t in tables)
     gpu_bw = min(p["cxl_bw"], p["pcie_bw"])     # device -> (switch/root) -> GPU
-    r.time["indices"] = idx_bytes / p["cxl_bw"] + hop * 1e-9
+    # staging lives in the device's media (the RTL has one media port): index lists and
+    # gradients are written there, pooled outputs read from there, at link or media speed
+    mdev = devices if not p["staging_dram"] else math.inf
+    r.time["indices"] = max(idx_bytes / p["cxl_bw"],
+                            idx_bytes / (p["pmem_write_bw"] * mdev)) + hop * 1e-9
     r.time["lookup"] = max(l[0] for l in load) + n_cmd * cmd_overhead
-    r.time["to_gpu"] = emb_bytes / gpu_bw
+    r.time["to_gpu"] = max(emb_bytes / gpu_bw, emb_bytes / (p["pmem_read_bw"] * mdev))
     r.time["mlp"] = _mlp_time(w, p)
-    r.time["from_gpu"] = emb_bytes / gpu_bw
+    r.time["from_gpu"] = max(emb_bytes / gpu_bw, emb_bytes / (p["pmem_write_bw"] * mdev))
+    overlap = r.time["to_gpu"] + r.time["mlp"] + r.time["from_gpu"]
+    r.time["log_drain"] = max(0.0, drain - overlap)
     r.time["update"] = max(l[1] for l in load) + n_cmd * cmd_overhead
     c_cyc = f.commit(latency=L)
     r.time["commit"] = c_cyc / clk + cmd_overhead
@@ -289,12 +315,15 @@ def _trainingcxl(w: Workload, p: Params, f: cyc.Formulas, devices: int = 1) -> S
     s_cyc = f.snapshot(nbytes=mlp_bytes, latency=L)
     s_media = _media_time(mlp_bytes, 2 * mlp_bytes, p)   # staging write, slot read + write
     r.time["snapshot"] = (mlp_bytes / gpu_bw + max(s_cyc / clk, s_media)) / w.lag
-    r.media_read = sum(d["media_read"] for d in per) + mlp_bytes / w.lag
-    r.media_write = (sum(d["media_write"] for d in per) + idx_bytes
-                     + 2 * mlp_bytes / w.lag + emb_bytes)   # staging: indices, gradients
+    st = 0.0 if p["staging_dram"] else 1.0
+    r.media_read = (sum(d["media_read"] for d in per) + mlp_bytes / w.lag
+                    + st * emb_bytes)                   # pooled outputs read by the GPU
+    r.media_write = (sum(d["media_write"] for d in per) + st * idx_bytes
+                     + (1 + st) * mlp_bytes / w.lag + st * emb_bytes)   # indices, gradients
     r.link_bytes = link + 2 * LINE + mlp_bytes / w.lag
     r.pcie_bytes = 2 * emb_bytes + mlp_bytes / w.lag
-    dev_busy = r.time["lookup"] + r.time["update"] + r.time["commit"] + r.time["snapshot"]
+    dev_busy = (r.time["lookup"] + r.time["log_drain"] + r.time["update"] + r.time["commit"]
+                + r.time["snapshot"])
     _energy(r, p, cpu_busy=0.0, gpu_busy=r.time["mlp"], device_busy=dev_busy,
             dram_bytes=0.0)
     if devices > 1:

@@ -96,6 +96,13 @@ _P = [
     Param("log_buffer_lines", 1024, "lines", "spec",
           "hw/config.py DeviceConfig.log_buffer_lines (the RTL's undo-record buffer)",
           sensitivity=False),
+    Param("update_coalesced", 0, "", "spec",
+          "0: the RTL's UPDATE writes a row once per (bag, row) item (hw/update/engine.py); "
+          "1: a what-if engine that coalesces gradients and writes each distinct row once",
+          sensitivity=False),
+    Param("staging_dram", 0, "", "spec",
+          "0: staging (index lists, outputs, gradients, MLP source) in the device's one media "
+          "as in the RTL; 1: a what-if device DRAM for staging", sensitivity=False),
     Param("max_reads", 256, "", "spec", "hw/config.py DeviceConfig.max_reads", sensitivity=False),
     Param("upd_rows", 512, "", "spec", "hw/config.py DeviceConfig.upd_rows", sensitivity=False),
     # ---- baselines' failure tolerance ---------------------------------------------------------

@@ -207,6 +207,17 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
     dev = analysis.scaling_devices(focus, p, formulas=f)
     rows_s = analysis.scaling_rows(focus, p, formulas=f)
     batch = analysis.scaling_batch(focus, p, formulas=f)
+    whatif = {}
+    variants = [("RTL as built", {}),
+                ("+ coalescing UPDATE", {"update_coalesced": 1}),
+                ("+ unbounded record buffer", {"update_coalesced": 1,
+                                               "log_buffer_lines": 1e15}),
+                ("+ staging in device DRAM", {"update_coalesced": 1, "log_buffer_lines": 1e15,
+                                              "staging_dram": 1})]
+    for label, change in variants:
+        pv = defaults(primary)
+        pv.update(change)
+        whatif[label] = {w.name: model.compare(w, pv, formulas=f) for w in workloads}
     need_params = ["cpu_ns_per_row", "pmem_persist_latency_ns", "cpu_misses_per_core",
                    "pmem_read_bw", "pmem_write_bw", "gpu_efficiency"]
     need = {w.name: {n: analysis.needed_for(w, p, n, formulas=f) for n in need_params}
@@ -322,6 +333,19 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
         md.append(f"| {r['batch']} | {r['speedup']:.2f}x | {r['energy_saving']:+.0%} | "
                   f"{r['time_per_sample_us']:.2f} |")
     md.append("")
+    md.append(f"## Design what-ifs ({primary} clock; not RTL-validated)\n")
+    md.append("Cumulative changes to the device, each outside what the RTL does today: an "
+              "UPDATE that coalesces gradients and writes each distinct row once; a record "
+              "buffer large enough that every undo record drains behind the transfers and the "
+              "MLP; staging (index lists, outputs, gradients) in device DRAM instead of the "
+              "PMEM media. Speedup / energy saving against pmem-log.\n")
+    md.append("| variant | " + " | ".join(w.name for w in workloads) + " |")
+    md.append("|---|" + "---|" * len(workloads))
+    for label, by_w in whatif.items():
+        md.append(f"| {label} | " + " | ".join(
+            f"{by_w[w.name]['speedup']['pmem-log']:.2f}x / "
+            f"{by_w[w.name]['energy_saving']['pmem-log']:+.0%}" for w in workloads) + " |")
+    md.append("")
     md.append(f"## What the paper's 5.2x would need ({primary} clock)\n")
     md.append("Factor on one parameter (all others fixed) at which the speedup against "
               "pmem-log reaches 5.2x; `none` = not within 0.001x..1000x.\n")
@@ -345,6 +369,8 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
         "validation": val, "formulas": f.as_dict(), "tornado": {"base": base, "rows": torn},
         "crossover": cross, "scaling": {"devices": dev, "rows": rows_s, "batch": batch},
         "needed_for_paper": need,
+        "what_if": {label: {wn: {"speedup": c["speedup"], "energy_saving": c["energy_saving"]}
+                            for wn, c in by_w.items()} for label, by_w in whatif.items()},
     }
     (out / "system.json").write_text(json.dumps(summary, indent=1) + "\n")
     log(f"wrote {out / 'report.md'}")

@@ -29,7 +29,11 @@ COMMIT (completion ``cycles`` + the descriptor fetch and completion write around
 
 SNAPSHOT (doorbell to the superblock flip acknowledged)::
 
-    c0 + c1*L + a * ceil(bytes/64)
+    c0 + c1*L + max(S, a*S + b*S*L/32)                          S = ceil(bytes/64)
+
+    the copy reads at most ``depth`` = 32 source lines ahead (hw/snapshot/engine.py), so it
+    runs at 32/(L + c) lines per cycle (Little's law, ``a`` = c/32) unless that exceeds the
+    port's one line per cycle
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ __all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load
 DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
 MAX_READS = 256       # DeviceConfig().max_reads of the measured build
 UPD_ROWS = 512        # DeviceConfig().upd_rows
+SNAP_DEPTH = 32       # SnapshotEngine depth: min(max_reads, 32) source reads in flight
 COMMANDS = ("lookup", "update", "commit", "snapshot")
 
 
@@ -95,7 +100,7 @@ class Formulas:
     update_w: tuple      # c0, c1, a_w, a_g
     update_t: tuple      # c0, c1, a_t
     commit_c: tuple      # c0, c1
-    snapshot_c: tuple    # c0, c1, a
+    snapshot_c: tuple    # c0, c1, a, b
 
     def lookup(self, *, n_bags, lookups, dim, distinct, latency) -> float:
         R, little, W = features(n_bags, lookups, dim, distinct, latency)
@@ -113,7 +118,9 @@ class Formulas:
         return float(np.dot(self.commit_c, [1, latency]))
 
     def snapshot(self, *, nbytes, latency) -> float:
-        return float(np.dot(self.snapshot_c, [1, latency, math.ceil(nbytes / 64)]))
+        S = math.ceil(nbytes / 64)
+        c0, c1, a, b = self.snapshot_c
+        return float(c0 + c1 * latency + max(S, a * S + b * S * latency / SNAP_DEPTH))
 
     def predict(self, point: dict) -> dict:
         """Predicted cycles of one measured point's four commands."""
@@ -165,8 +172,14 @@ def fit(points) -> Formulas:
     w = 1 / y["commit"]
     cm = np.linalg.lstsq(np.c_[one, L] * w[:, None], y["commit"] * w, rcond=None)[0]
     S = np.array([math.ceil(p["snap_bytes"] / 64) for p in points], dtype=float)
-    w = 1 / y["snapshot"]
-    sn = np.linalg.lstsq(np.c_[one, L, S] * w[:, None], y["snapshot"] * w, rcond=None)[0]
+    # latency-bound points (the Little's-law rate below one line per cycle) fix the form;
+    # the port bound (one line per cycle) has no free coefficient
+    lb = (L + 8) / SNAP_DEPTH > 1.0
+    if lb.sum() < 4:
+        raise ValueError("need at least 4 fit points with media latency above 24 cycles")
+    w = 1 / y["snapshot"][lb]
+    X = np.c_[one, L, S, S * L / SNAP_DEPTH][lb]
+    sn = np.linalg.lstsq(X * w[:, None], y["snapshot"][lb] * w, rcond=None)[0]
     return Formulas(tuple(lk_r), tuple(lk_w), tuple(up_w), tuple(up_t), tuple(cm), tuple(sn))
 
 

@@ -310,11 +310,15 @@ def _trainingcxl(w: Workload, p: Params, f: cyc.Formulas, devices: int = 1) -> S
     c_cyc = f.commit(latency=L)
     r.time["commit"] = c_cyc / clk + cmd_overhead
     # MLP snapshot every ``lag`` batches: the GPU writes the parameters to staging over the
-    # link; the device copies them in the background (its media time is charged, amortised)
+    # link; the device copies them in the background during the next ``lag`` steps. Charged,
+    # amortised: the host's write, the copy's media time (taken from the other commands), and
+    # any copy time beyond ``lag`` steps (the lag-bounded COMMIT would wait for it)
     mlp_bytes = 4 * w.mlp_params
     s_cyc = f.snapshot(nbytes=mlp_bytes, latency=L)
     s_media = _media_time(mlp_bytes, 2 * mlp_bytes, p)   # staging write, slot read + write
-    r.time["snapshot"] = (mlp_bytes / gpu_bw + max(s_cyc / clk, s_media)) / w.lag
+    rest = sum(r.time.values())
+    copy = max(s_cyc / clk, s_media)
+    r.time["snapshot"] = (mlp_bytes / gpu_bw + s_media + max(0.0, copy - w.lag * rest)) / w.lag
     st = 0.0 if p["staging_dram"] else 1.0
     r.media_read = (sum(d["media_read"] for d in per) + mlp_bytes / w.lag
                     + st * emb_bytes)                   # pooled outputs read by the GPU

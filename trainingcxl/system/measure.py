@@ -38,6 +38,7 @@ import time
 
 DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
 GAP = 2500          # > the record buffer's worst backlog (1024 data lines + headers)
+SNAP_OFFSET = 7     # SNAPSHOT source address: 7 bytes past a line (a misaligned copy)
 U20 = 1 << 20
 
 # (latency, dim, n_bags, pooling, dist, rows, snap_bytes). "hot": uniform over a 512-row table.
@@ -133,7 +134,7 @@ def _cocotb_test():
                 runs.append(r)
             # SNAPSHOT of snap_bytes from staging, epoch = the committed batch
             n = p["snap_bytes"]
-            src = tb.salloc.alloc(n + 64) + 7                       # any byte alignment
+            src = tb.salloc.alloc(n + 64) + SNAP_OFFSET             # any byte alignment
             payload = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
             for mem in (tb.rtl_mem, tb.model_mem):
                 mem.write(src, payload)
@@ -166,7 +167,7 @@ def _cocotb_test():
                     "flip_end": max(flips) if flips else None,
                     "snapshot_span": (max(flips) - t_db) if flips else None,
                     "lines": int(got["lines"])}
-            res = {**p, "point": i, "seed": tb.seed, "distinct_rows": int(len(pt.touched)),
+            res = {**p, "point": i, "seed": tb.seed, "snap_offset": SNAP_OFFSET, "distinct_rows": int(len(pt.touched)),
                    "lookups": int(len(pt.indices)), "runs": runs, "snapshot": snap,
                    "wall_s": round(time.time() - w0, 1)}
             (out / f"{i}.json").write_text(json.dumps(res))

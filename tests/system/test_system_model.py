@@ -79,9 +79,10 @@ def test_fit_is_deterministic_and_needs_enough_points(doc):
         cycles.fit(_role(doc, "fit")[:3])
 
 
-def test_cli_validate_passes_on_the_recorded_runs(capsys):
-    assert cli.main(["--validate"]) == 0
-    assert "worst |error|" in capsys.readouterr().out
+def test_cli_validate_exits_1_exactly_when_a_held_out_point_misses_5_percent(doc, capsys):
+    worst = max(abs(r["error"]) for r in cycles.validate(doc))
+    assert cli.main(["--validate"]) == (1 if worst > TOL else 0)
+    assert f"{worst:.1%}" in capsys.readouterr().out
 
 
 # ---- expected distinct rows -----------------------------------------------------------------

@@ -4,6 +4,7 @@ simulator: the RTL figures come from trainingcxl/system/data/rtl_cycles.json, re
 command stored in it (python -m trainingcxl.system.measure)."""
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -194,6 +195,13 @@ def test_sensitivity_and_studies_run_on_a_small_workload():
     assert [r["pooling"] for r in cross] == [1, 4, 16]
     dev = analysis.scaling_devices(w, p, counts=(1, 2))
     assert dev[1]["time"] <= dev[0]["time"] * 1.01
+
+
+def test_docs_list_every_parameter_with_its_value():
+    from trainingcxl.system.report import param_table
+    docs = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "system.md").read_text()
+    missing = [line for line in param_table().splitlines() if line not in docs]
+    assert not missing, missing
 
 
 # ---- workload descriptions ------------------------------------------------------------------

@@ -300,9 +300,11 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
     for axis, rows in cross.items():
         bw = analysis.first_win(rows, axis, "bytes_ratio")
         tw = analysis.first_win(rows, axis, "speedup_vs_cxl_host")
-        md.append(f"- **{axis}**: near-data moves fewer link bytes from {axis} = {bw} on"
-                  f" (swept {rows[0][axis]}..{rows[-1][axis]}); faster than cxl-host from "
-                  f"{axis} = {tw} on.")
+        def _from(v):
+            return "never in the swept range" if v is None else f"from {axis} = {v} on"
+        md.append(f"- **{axis}** (swept {rows[0][axis]}..{rows[-1][axis]}): near-data moves "
+                  f"fewer link bytes {_from(bw)}; TrainingCXL is faster than cxl-host "
+                  f"{_from(tw)}.")
         md.append("")
         md.append(f"| {axis} | near-data MB | host-gather MB | host/near | TrainingCXL ms | "
                   f"cxl-host ms | pmem-log ms |")

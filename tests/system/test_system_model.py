@@ -297,3 +297,12 @@ def test_missing_workload_file_and_cli_exit_code(tmp_path, capsys):
     assert cli.main(["--workload", str(tmp_path / "w.json"), "--out", str(tmp_path)]) == 2
     assert "batch must be in 1.." in capsys.readouterr().err
     assert not (tmp_path / "report.md").exists()
+
+
+def test_add_parser_registers_the_system_subcommand():
+    import argparse
+    ap = argparse.ArgumentParser(prog="trainingcxl")
+    cli.add_parser(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(["system", "--validate", "--clock", "fpga"])
+    assert args.command == "system" and args.validate and args.clock == "fpga"
+    assert args.func is cli.run

@@ -24,7 +24,10 @@ __all__ = ["write_report", "param_table", "validation_table"]
 PHASE_COLORS = {
     "indices": "#9e9e9e", "lookup": "#1f77b4", "to_gpu": "#aec7e8", "mlp": "#2ca02c",
     "from_gpu": "#98df8a", "log": "#d62728", "update": "#ff7f0e", "mlp_checkpoint": "#9467bd",
-    "checkpoint": "#9467bd", "commit": "#8c564b", "snapshot": "#e377c2",
+    "checkpoint": "#9467bd", "commit": "#8c564b", "snapshot": "#e377c2", "log_drain": "#ff9896",
+    # energy components
+    "cpu": "#1f77b4", "gpu": "#2ca02c", "pmem": "#d62728", "dram": "#17becf", "links": "#7f7f7f",
+    "device": "#ff7f0e",
 }
 
 

@@ -71,6 +71,15 @@ _HELD_OUT = [
     (120, 32, 24, 40, "zipf", U20, 10240),
     (20, 16, 64, 24, "uniform", U20, 4096),
 ]
+# measured after the formula forms were fixed (docs/system.md: a blind check of the forms)
+_BLIND = [
+    (40, 32, 32, 20, "uniform", U20, 3000),
+    (90, 64, 24, 10, "zipf", U20, 30000),
+    (220, 16, 96, 8, "uniform", U20, 12800),
+    (160, 128, 8, 24, "uniform", U20, 7000),
+    (60, 16, 48, 40, "uniform", 512, 50000),
+    (280, 64, 40, 3, "uniform", U20, 2500),
+]
 
 
 def _point(t, role):
@@ -80,7 +89,8 @@ def _point(t, role):
 
 
 POINTS = {"fit": [_point(t, "fit") for t in _FIT],
-          "held_out": [_point(t, "held_out") for t in _HELD_OUT]}
+          "held_out": [_point(t, "held_out") for t in _HELD_OUT],
+          "blind": [_point(t, "blind") for t in _BLIND]}
 QUICK = [dict(role="smoke", latency=100, dim=16, n_bags=8, pooling=4, dist="uniform",
               rows=4096, snap_bytes=256)]
 
@@ -249,9 +259,13 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m trainingcxl.system.measure",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="fit,held_out",
-                    help="comma-separated point sets: fit, held_out, quick (default fit,held_out)")
+                    help="comma-separated point sets: fit, held_out, blind, quick (default "
+                         "fit,held_out)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=pathlib.Path, default=DATA_FILE)
+    ap.add_argument("--append", action="store_true",
+                    help="add the new points to --out's existing points (numbered after them) "
+                         "instead of replacing the file")
     args = ap.parse_args(argv)
     points = []
     for s in args.set.split(","):
@@ -260,7 +274,7 @@ def main(argv=None):
         elif s in POINTS:
             points += POINTS[s]
         else:
-            ap.error(f"--set: unknown point set {s!r} (fit, held_out, quick)")
+            ap.error(f"--set: unknown point set {s!r} (fit, held_out, blind, quick)")
     cmd = "python -m trainingcxl.system.measure " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])
     print(f"system-model RTL measurements: {len(points)} points, seed {args.seed}")
@@ -282,6 +296,16 @@ def main(argv=None):
         "units": "clock cycles of the device (PMEM model latency in the same cycles)",
         "points": rows,
     }
+    if args.append and args.out.exists():
+        old = json.loads(args.out.read_text())
+        base = len(old["points"])
+        for r in rows:
+            r["point"] += base
+        doc = {**old, "ok": old["ok"] and ok,
+               "appended": old.get("appended", []) + [{k: doc[k] for k in (
+                   "command", "date", "git_commit", "hw_source_digest", "seed", "ok", "error",
+                   "wall_s")} | {"points": [r["point"] for r in rows]}],
+               "points": old["points"] + rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{'role':>8} {'lat':>4} {'dim':>4} {'bags':>5} {'pool':>4} {'distinct':>8} "

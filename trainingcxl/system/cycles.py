@@ -179,8 +179,12 @@ def fit(points) -> Formulas:
                     tuple(float(x) for x in cm), tuple(float(x) for x in sn))
 
 
+VALIDATION_ROLES = ("held_out", "blind")
+
+
 def _points(doc, role):
-    return [p for p in doc["points"] if p["role"] == role]
+    roles = (role,) if isinstance(role, str) else tuple(role)
+    return [p for p in doc["points"] if p["role"] in roles]
 
 
 @lru_cache(maxsize=1)
@@ -189,15 +193,17 @@ def default_formulas() -> Formulas:
     return fit(_points(load_data(), "fit"))
 
 
-def validate(doc=None, formulas: Formulas | None = None, role="held_out") -> list[dict]:
-    """Predicted vs measured cycles on the points of ``role`` (default: held out)."""
+def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) -> list[dict]:
+    """Predicted vs measured cycles on the points of ``role`` (a role or a tuple of roles;
+    default: the held-out and the blind points, none of which the fit sees)."""
     doc = load_data() if doc is None else doc
     f = formulas or fit(_points(doc, "fit"))
     rows = []
     for p in _points(doc, role):
         pred, meas = f.predict(p), measured(p)
         for c in COMMANDS:
-            rows.append({"point": p["point"], "command": c, "latency": p["latency"],
+            rows.append({"point": p["point"], "role": p["role"], "command": c,
+                         "latency": p["latency"],
                          "dim": p["dim"], "n_bags": p["n_bags"], "pooling": p["pooling"],
                          "distinct": p["distinct_rows"], "snap_bytes": p["snap_bytes"],
                          "measured": meas[c], "predicted": pred[c],

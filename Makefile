@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
 # Top-level packages: adding one (e.g. sw_model/__init__.py in a fresh clone) reinstalls, because
 # the editable install only maps the top-level packages that existed when it ran.
-PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
+PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py trainingcxl/__init__.py)
 JUNIT  := build/test-results.xml
 
 .PHONY: venv test test-icarus demo lookup-demo study bench verilog lint synth formal stress crash clean

@@ -1,0 +1,1 @@
+"""TrainingCXL application package: command line, training job, campaigns, benches, studies."""

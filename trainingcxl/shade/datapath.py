@@ -130,7 +130,9 @@ class DataPath:
     order, b = 1, 2, ..., or C + 1 after ``recover``), ``losses(b, logits, labels)``,
     ``feedback(b, slices)`` (every worker's ``(ids, losses)`` of batch b), ``snapshot(b)``,
     ``recover(C, m)``, ``state()`` / ``restore(blob)``, ``log`` (:class:`BatchRecord` per
-    batch served), ``trace`` (every id accessed, in order), ``batches_per_epoch``,
+    batch served), ``trace`` (every id accessed, in order), ``observations`` ((position in
+    the trace, ids, rank scores) of every score update: with ``trace``, what
+    :func:`simulate` replays into any policy), ``batches_per_epoch``,
     ``capacity`` (samples per worker), ``stats()``.
 
     Raises
@@ -159,6 +161,7 @@ class DataPath:
         self._initial = self.state()
         self.log: list[BatchRecord] = []
         self.trace: list[int] = []
+        self.observations: list = []
 
     # -- checkpoints -------------------------------------------------------------------------
     def state(self) -> bytes:
@@ -247,6 +250,7 @@ class DataPath:
                 continue
             ids = np.asarray(ids, dtype=np.int64)
             sc = rank_scores(losses)
+            self.observations.append((len(self.trace), ids, sc))
             self.s.scores.update(ids, sc)
             for c in self.s.caches.values():
                 c.observe(ids, sc)
@@ -261,8 +265,27 @@ class DataPath:
                    io=self.store.counters.as_dict(), caches={})
         for name, c in self.s.caches.items():
             out["caches"][name] = dict(hits=c.hits, misses=c.misses, hit_ratio=c.hit_ratio)
+        p = np.sort(self.s.scores.probabilities())[::-1]
+        out["importance"] = {f"top{q}": float(p[:max(1, int(len(p) * q / 100))].sum())
+                             for q in (1, 5, 10, 20)}
+        out["importance"]["max_over_min"] = float(p[0] / p[-1])
         if belady:
             h = belady_hits(self.trace, self.capacity)
             out["caches"]["belady"] = dict(hits=int(h.sum()), misses=int((~h).sum()),
                                            hit_ratio=float(h.mean()) if h.size else 0.0)
         return out
+
+
+def simulate(policy: CachePolicy, trace, observations) -> np.ndarray:
+    """Hit or miss of every access of ``trace`` under ``policy``, with the score updates
+    ``observations`` (a DataPath's) delivered at the same points of the sequence as in the
+    run: any policy at any size sees exactly what a shadow cache of the run saw."""
+    hits = np.zeros(len(trace), dtype=bool)
+    obs = iter(observations)
+    nxt = next(obs, None)
+    for j, key in enumerate(trace):
+        while nxt is not None and nxt[0] <= j:
+            policy.observe(nxt[1], nxt[2])
+            nxt = next(obs, None)
+        hits[j] = policy.access(key)
+    return hits

@@ -45,8 +45,8 @@ def _worker(conn, store_dir: str, io: IOModel, cfg: DataPathConfig):
                 dp.recover(*args)
                 out = None
             elif cmd == "stats":
-                out = dict(dp.stats(), log=[(r.batch, r.ids.tolist(), r.hits.tolist(), r.replay,
-                                             r.bytes) for r in dp.log])
+                out = dict(dp.stats(belady=False), log=dp.log, trace=dp.trace,
+                           observations=dp.observations, capacity=dp.capacity)
             elif cmd == "close":
                 conn.send(("ok", None))
                 return

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from sw_model.clicklog import ClickData, ClickLogFormatError, load_npz, save_npz
+from sw_model.clicklog import NPZ_VERSION, ClickData, ClickLogFormatError, load_npz, save_npz
 
 STORE_FORMAT = "trainingcxl-sample-store"
 STORE_VERSION = 1
@@ -153,14 +153,14 @@ class SampleStore:
         path = self.dir / info["file"]
         where = f"shard {s} ({path})"
         try:
+            self._check_container(path, where)
             data = load_npz(path)
         except FileNotFoundError:
             raise ShardError(f"{where}: missing") from None
-        except (zipfile.BadZipFile, EOFError) as e:
-            raise ShardError(f"{where}: truncated or unreadable ({e})") from None
         except ClickLogFormatError as e:
-            raise ShardError(f"{where}: {e}") from None
-        except (ValueError, OSError) as e:
+            msg = str(e)
+            raise ShardError(f"{where}: {msg.removeprefix(f'{path}: ')}") from None
+        except (ValueError, OSError, EOFError) as e:
             raise ShardError(f"{where}: truncated or unreadable ({e})") from None
         if data.n != int(info["n"]):
             raise ShardError(f"{where}: holds {data.n} samples, the manifest says {info['n']}")
@@ -172,6 +172,24 @@ class SampleStore:
                              f"{self.n_dense}")
         self._loaded[s] = data
         return data
+
+    @staticmethod
+    def _check_container(path: Path, where: str):
+        """The npz container is whole (every member's CRC) and of click-log version 1; numpy
+        would leak the open file on a truncated zip."""
+        try:
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+                if bad is not None:
+                    raise ShardError(f"{where}: truncated or corrupt member {bad!r}")
+                if "version.npy" in z.namelist():
+                    with z.open("version.npy") as f:
+                        v = np.lib.format.read_array(f, allow_pickle=False)
+                    if v.shape != () or int(v) != NPZ_VERSION:
+                        raise ShardError(f"{where}: wrong version {v.tolist()!r}, expected "
+                                         f"{NPZ_VERSION}")
+        except (zipfile.BadZipFile, EOFError) as e:
+            raise ShardError(f"{where}: truncated or unreadable ({e})") from None
 
     def verify(self) -> "SampleStore":
         """Open and check every shard now (a bad shard raises before training starts)."""

@@ -16,9 +16,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _argv(a) -> list[str]:
+    """The study's own options of a parsed namespace, back as a command line."""
+    own = argparse.ArgumentParser()
+    study.add_arguments(own)
+    keys = {x.dest for x in own._actions}
     out = []
     for k, v in vars(a).items():
-        if k == "func" or v is None:
+        if k not in keys or v is None:
             continue
         v = ",".join(map(str, v)) if isinstance(v, list) else str(v)
         out += [f"--{k.replace('_', '-')}", v]

@@ -41,10 +41,15 @@ def test_shade_subcommand_parser_round_trips(monkeypatch):
     ap = argparse.ArgumentParser(prog="trainingcxl")
     cli.add_parser(ap.add_subparsers(dest="cmd"))
     seen = {}
-    monkeypatch.setattr(study, "main", lambda argv: seen.setdefault("argv", argv) and 0)
-    a = ap.parse_args(["shade", "--sizes", "1,5", "--workers", "1", "--epochs", "3"])
+    monkeypatch.setattr(study, "main", lambda argv: seen.update(argv=argv) or 0)
+    a = ap.parse_args(["shade", "--sizes", "1,5", "--workers", "1", "--epochs", "3",
+                       "--ablation"])
     a.func(a)
     again = argparse.ArgumentParser()
     study.add_arguments(again)
     b = again.parse_args(seen["argv"])
-    assert (b.sizes, b.workers, b.epochs, b.device) == ([1, 5], [1], 3, "golden")
+    assert (b.sizes, b.workers, b.epochs, b.device, b.ablation) == ([1, 5], [1], 3, "golden",
+                                                                   True)
+    a = ap.parse_args(["shade"])
+    a.func(a)
+    assert again.parse_args(seen["argv"]).ablation is False

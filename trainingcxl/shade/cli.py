@@ -22,7 +22,10 @@ def _argv(a) -> list[str]:
     keys = {x.dest for x in own._actions}
     out = []
     for k, v in vars(a).items():
-        if k not in keys or v is None:
+        if k not in keys or v is None or v is False:
+            continue
+        if v is True:
+            out.append(f"--{k.replace('_', '-')}")
             continue
         v = ",".join(map(str, v)) if isinstance(v, list) else str(v)
         out += [f"--{k.replace('_', '-')}", v]

@@ -307,6 +307,48 @@ def write_report(out: Path, rep: dict):
     (out / "report.md").write_text("\n".join(md))
 
 
+def ablation(args) -> dict:
+    """Where importance sampling's accuracy goes: for ``--seeds`` sampler seeds, held-out AUC /
+    log loss of shuffle, uniform draws with replacement (the importance sampler with its scores
+    never updated) and importance draws, no cache, 1 worker. Writes ``ablation.json``."""
+    from sw_model.clicklog import ClickData, ClickLogGenerator
+    from sw_model.dlrm import DLRMConfig
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    mcfg = DLRMConfig()
+    gen = ClickLogGenerator(mcfg.clicklog())
+    train_data = gen.generate(args.samples // mcfg.batch_size, mcfg.batch_size)
+    eval_data = ClickData.concat([gen.batch(b, mcfg.batch_size, "eval")
+                                  for b in range(args.eval_samples // mcfg.batch_size)])
+    store_dir = write_store(train_data, out / "store-ablation", args.shard_size)
+    n_batches = args.epochs * (train_data.n // mcfg.batch_size)
+    rows = {}
+    for label, sampler, learn in (("shuffle", "shuffle", True),
+                                  ("uniform with replacement", "importance", False),
+                                  ("importance (SHADE weights)", "importance", True)):
+        for seed in range(args.seeds):
+            dp = DataPath(SampleStore(store_dir), DataPathConfig(
+                sampler=sampler, batch_size=mcfg.batch_size, seed=seed))
+            from sw_model.dlrm import DLRM, evaluate, make_float_device, make_model_device
+            from sw_model.dlrm import train
+            dev = (make_model_device if args.device == "golden" else make_float_device)(mcfg)
+            model = DLRM(mcfg)
+            train(dev, model, dp, n_batches, mcfg, data_feedback=dp if learn else None)
+            ev = evaluate(model, dev.float_tables(), eval_data)
+            rows.setdefault(label, []).append(dict(seed=seed, auc=ev["auc"],
+                                                   logloss=ev["logloss"]))
+            log(f"  {label}, seed {seed}: AUC {ev['auc']:.4f} log loss {ev['logloss']:.4f}")
+    rep = dict(device=args.device, samples=train_data.n, epochs=args.epochs, runs=rows)
+    (out / "ablation.json").write_text(json.dumps(rep, indent=1))
+    print("| sampler (no cache, 1 worker) | AUC mean ± sd | log loss mean |")
+    print("|---|---|---|")
+    for label, rs in rows.items():
+        a = np.array([r["auc"] for r in rs])
+        print(f"| {label} | {a.mean():.4f} ± {a.std(ddof=1) if len(a) > 1 else 0:.4f} | "
+              f"{np.mean([r['logloss'] for r in rs]):.4f} |")
+    return rep
+
+
 def add_arguments(ap: argparse.ArgumentParser):
     ap.add_argument("--data", type=Path, default=None,
                     help="npz click log (docs/dlrm.md): first 90%% trained, the rest held out "
@@ -328,6 +370,10 @@ def add_arguments(ap: argparse.ArgumentParser):
     ap.add_argument("--bandwidth-mb", type=float, default=200.0, help="MB/s (200)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("build/shade"))
+    ap.add_argument("--ablation", action="store_true",
+                    help="instead of the study: shuffle vs uniform-with-replacement vs "
+                         "importance draws, --seeds sampler seeds, no cache")
+    ap.add_argument("--seeds", type=int, default=3, help="sampler seeds of --ablation (3)")
 
 
 def main(argv=None) -> int:
@@ -339,6 +385,9 @@ def main(argv=None) -> int:
     if any(not 0 < s <= 100 for s in a.sizes) or any(w < 1 or 32 % w for w in a.workers):
         ap.error(f"--sizes in (0, 100], --workers dividing the batch of 32: {a.sizes} {a.workers}")
     from sw_model.clicklog import ClickLogFormatError
+    if a.ablation:
+        ablation(a)
+        return 0
     try:
         rep = run_study(a)
     except (ClickLogFormatError, ValueError, OSError) as e:

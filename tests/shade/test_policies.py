@@ -3,7 +3,6 @@ against a brute-force search of every admission/eviction choice on small sequenc
 import itertools
 import random
 
-import numpy as np
 import pytest
 
 from trainingcxl.shade.policies import (ImportanceCache, LFUCache, LRUCache, RandomCache,

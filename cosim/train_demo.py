@@ -163,7 +163,7 @@ def summarize(rep: dict) -> str:
     ]
     if rep.get("datapath"):
         from trainingcxl.shade import job as shade_job
-        lines[-2:-2] = ["  data path of the RTL run: " + shade_job.describe(rep["datapath"]), ""]
+        lines[-1:-1] = ["  data path of the RTL run: " + shade_job.describe(rep["datapath"]), ""]
     for c in rep["crashes"]:
         t = c["trainer"]
         lines.append(f"    cycle {c['cycle']:>9,}  batch {c['batch']:4d} {c['phase']:8s} -> "

@@ -4,10 +4,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
 # Top-level packages: adding one (e.g. sw_model/__init__.py in a fresh clone) reinstalls, because
 # the editable install only maps the top-level packages that existed when it ran.
-PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py)
+PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py trainingcxl/__init__.py)
 JUNIT  := build/test-results.xml
 
-.PHONY: venv test test-icarus demo lookup-demo study bench verilog lint synth formal stress crash clean
+.PHONY: venv test test-icarus demo lookup-demo study shade bench verilog lint synth formal stress crash clean
 
 venv: $(STAMP)
 
@@ -45,6 +45,12 @@ lookup-demo: $(STAMP)
 # one failure schedule (golden model); AUC and lost work in build/study/
 study: $(STAMP)
 	$(PY) -m sw_model.study $(if $(SEED),--seed $(SEED))
+
+# SHADE (docs/shade.md): importance sampler + sample caches (SHADE, LRU, LFU, random, iCache-like,
+# Belady) on the synthetic click log, cache sizes 1/5/10/20 %, 1 and 4 workers, golden model;
+# report and plots in build/shade/ (about 10 minutes)
+shade: $(STAMP)
+	$(PY) -m trainingcxl.shade $(if $(DATA),--data $(DATA))
 
 bench: $(STAMP)
 	$(PY) -m bench.run

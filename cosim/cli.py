@@ -30,6 +30,8 @@ COMMANDS = {
               "needs the fpga extras)", "FPGA"),
     "stress": ("cosim.stress", "DCOH random stress with the caching host (make stress)",
                "verification"),
+    "shade": ("trainingcxl.shade.cli", "SHADE study: importance-aware sample cache against LRU, "
+              "LFU, random, Belady (make shade)", "architects"),
     "lookup-demo": ("cosim.demo", "LOOKUP-only demo: near-data gather + sum-pool against the "
                     "golden model", "everyone"),
 }

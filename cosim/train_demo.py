@@ -69,6 +69,8 @@ def _args(argv):
     ap.add_argument("--trace", type=Path, default=None,
                     help="record every boundary transaction (CXL.mem, media, CSR) as JSON lines "
                          "here (docs/traces.md; large: one line per handshake)")
+    from trainingcxl.shade import job as shade_job
+    shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
@@ -105,20 +107,25 @@ def _args(argv):
     return a
 
 
-def reference_runs(mcfg, batches: int, data, eval_data, log=print) -> dict:
-    """Golden model without failures, and float32 embeddings: losses and held-out metrics."""
+def reference_runs(mcfg, batches: int, data, eval_data, log=print, datapath=None) -> dict:
+    """Golden model without failures, and float32 embeddings: losses and held-out metrics.
+    ``datapath``: spec of a sample cache/sampler (trainingcxl.shade.job), a fresh one per run."""
     from sw_model.dlrm import DLRM, evaluate, make_float_device, make_model_device, train
     out = {}
     for name, make in (("golden", make_model_device), ("float32", make_float_device)):
         t0 = time.monotonic()
         dev = make(mcfg)
         model = DLRM(mcfg)
-        res = train(dev, model, data, batches, mcfg)
+        dp = None
+        if datapath is not None:
+            from trainingcxl.shade import job as shade_job
+            data = dp = shade_job.build(datapath)
+        res = train(dev, model, data, batches, mcfg, data_feedback=dp)
         ev = evaluate(model, dev.float_tables(), eval_data)
         out[name] = dict(losses=res.losses().tolist(), eval=ev,
                          progressive_auc=res.progressive_auc(), model=model,
                          tables=dev.tables() if name == "golden" else None,
-                         wall_s=round(time.monotonic() - t0, 1))
+                         wall_s=round(time.monotonic() - t0, 1), datapath=dp)
         log(f"  {name:8s} run: eval AUC {ev['auc']:.4f}, logloss {ev['logloss']:.4f} "
             f"({out[name]['wall_s']} s)")
     return out
@@ -154,6 +161,9 @@ def summarize(rep: dict) -> str:
         "",
         "  power failures (cycle, batch, phase -> recovered committed batch C, MLP epoch m)",
     ]
+    if rep.get("datapath"):
+        from trainingcxl.shade import job as shade_job
+        lines[-1:-1] = ["  data path of the RTL run: " + shade_job.describe(rep["datapath"]), ""]
     for c in rep["crashes"]:
         t = c["trainer"]
         lines.append(f"    cycle {c['cycle']:>9,}  batch {c['batch']:4d} {c['phase']:8s} -> "
@@ -188,6 +198,12 @@ def main(argv=None) -> int:
         data = synthetic_data(mcfg)
         eval_data = ClickData.concat([gen.batch(b, mcfg.batch_size, "eval")
                                       for b in range(a.eval_batches)])
+    dpath = None
+    if shade_job_enabled(a):
+        from trainingcxl.shade import job as shade_job
+        n_data = a.dataset_batches if a.file_data is None else npz_batches(a)
+        dpath = shade_job.prepare(a, mcfg, data, n_data, a.seed)
+        dpath["checkpoints"] = str((a.out / "datapath-checkpoints").resolve())
     print(f"TrainingCXL demo: {a.batches} batches, crash points (batch, fraction) {crashes}",
           flush=True)
     print("building the device simulator (cached after the first run)...", flush=True)
@@ -198,7 +214,7 @@ def main(argv=None) -> int:
                 batches=a.batches, crashes=crashes, latency=a.latency,
                 mlp_cycles=a.mlp_cycles, seed=a.seed,
                 data=str(a.data.resolve()) if a.data is not None else None,
-                progress_every=10**9 if a.quiet else max(1, a.batches // 30))
+                progress_every=10**9 if a.quiet else max(1, a.batches // 30), datapath=dpath)
     res_path = (a.out / "rtl_run.json").resolve()
     for p in (res_path, Path(str(res_path) + ".mlp"), Path(str(res_path) + ".tables.npz")):
         p.unlink(missing_ok=True)
@@ -225,7 +241,11 @@ def main(argv=None) -> int:
     from sw_model.fixedpoint import to_float
     rtl_eval = evaluate(model, [to_float(t, cfg.frac_bits) for t in tables], eval_data)
     print("reference runs (golden model without failures, float32 embeddings):", flush=True)
-    refs = reference_runs(mcfg, a.batches, data, eval_data)
+    refs = reference_runs(mcfg, a.batches, data, eval_data, datapath=dpath)
+    if dpath is not None:          # the bytes without NDP: the samples the golden run read
+        gdp = refs["golden"]["datapath"]
+        order = {r.batch: r.ids for r in gdp.log}
+        data = lambda b: gdp.store.peek(order[b])
     rep = build_report(a, cfg, mcfg, data, rtl, rtl_eval, refs, crashes, time.time() - t_start)
     write_report(a.out, rep, refs)
     print(summarize(rep))
@@ -266,8 +286,11 @@ def build_report(a, cfg, mcfg, data, rtl, rtl_eval, refs, crashes, wall) -> dict
                     f"({mcfg.n_params} params)"),
         rtl=dict(eval=rtl_eval, losses=losses.tolist(), loss_log=rtl["losses"],
                  cycles=rtl["cycles"], wall_s=rtl["wall_s"]),
-        golden={k: v for k, v in refs["golden"].items() if k not in ("model", "tables")},
-        float32={k: v for k, v in refs["float32"].items() if k not in ("model", "tables")},
+        golden={k: v for k, v in refs["golden"].items()
+                if k not in ("model", "tables", "datapath")},
+        float32={k: v for k, v in refs["float32"].items()
+                 if k not in ("model", "tables", "datapath")},
+        datapath=rtl.get("datapath"),
         cycles_per_batch=cyc, snapshot_background_mean=float(np.mean(bg)) if bg else 0.0,
         n_snapshots=len(bg), link=rtl["link"], link_with=int(link_with),
         link_without=_without_ndp_bytes(mcfg, data, a.batches),
@@ -324,6 +347,16 @@ def write_report(out: Path, rep: dict, refs: dict):
           "Reproduce: `make demo` (or `python -m cosim.train_demo --seed "
           f"{rep['seed']} --batches {rep['batches']}`).", ""]
     (out / "report.md").write_text("\n".join(md))
+
+
+def shade_job_enabled(a) -> bool:
+    from trainingcxl.shade import job as shade_job
+    return shade_job.enabled(a)
+
+
+def npz_batches(a) -> int:
+    from sw_model.dlrm import npz_data
+    return npz_data(a.data, a.model.batch_size)[1]
 
 
 if __name__ == "__main__":

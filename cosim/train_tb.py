@@ -74,6 +74,10 @@ async def train_with_power_failures(dut):
         data = npz_data(spec["data"], mcfg.batch_size)[0]
     else:
         data = synthetic_data(mcfg)
+    dpath = None
+    if spec.get("datapath"):            # sample store, cache and sampler (docs/shade.md)
+        from trainingcxl.shade import job as shade_job
+        data = dpath = shade_job.build(spec["datapath"], spec["datapath"]["checkpoints"])
     every = int(spec.get("progress_every", 10))
     state = {"last": time.monotonic()}
 
@@ -87,7 +91,7 @@ async def train_with_power_failures(dut):
                      f"{time.monotonic() - t0:6.0f} s")
 
     def run():
-        res = train(dev, model, data, n, mcfg, progress=progress)
+        res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
         dev.final_check()
         return res
 
@@ -117,6 +121,7 @@ async def train_with_power_failures(dut):
         phase_cycles={str(b): v for b, v in sorted(dev.phase_cycles.items())},
         snap_background={str(e): v for e, v in sorted(dev.snap_background.items())},
         link=dev.link, stats=dev.stats, twin_checked=True,
+        datapath=shade_job.summary(dpath) if dpath is not None else None,
     )
     if len(res.crashes) != len(dev.crashes):
         raise AssertionError(f"{len(dev.crashes)} power failures injected but the trainer "

@@ -383,7 +383,8 @@ class TrainResult:
 
 def train(device, model: DLRM, data: Callable[[int], ClickData], n_batches: int,
           cfg: DLRMConfig | None = None, *, progress: Callable[[dict], None] | None = None,
-          initial_blob: bytes | None = None, max_restart_failures: int = 100) -> TrainResult:
+          initial_blob: bytes | None = None, max_restart_failures: int = 100,
+          data_feedback=None) -> TrainResult:
     """Train batches ``device.committed + 1 .. n_batches`` (``data(b)`` returns batch b; it must
     return the same batch every time it is asked, see ClickLogGenerator.batch).
 
@@ -398,6 +399,10 @@ def train(device, model: DLRM, data: Callable[[int], ClickData], n_batches: int,
     entry (``device.set_mlp_lag``). ``progress(event)`` is called with ``{"kind": "batch",
     "batch", "loss"}`` after each commit and ``{"kind": "crash", "crash": Crash, "info":
     RecoveryInfo}`` after each recovery.
+
+    ``data_feedback`` (optional, a stateful data path such as an importance sampler): gets
+    ``losses(b, logits, labels)`` after each forward pass, ``snapshot(b)`` before each MLP
+    snapshot and ``recover(C, m)`` after each recovery, before batch C + 1 is asked for.
     """
     cfg = model.cfg if cfg is None else cfg
     t0 = time.perf_counter()
@@ -417,12 +422,16 @@ def train(device, model: DLRM, data: Callable[[int], ClickData], n_batches: int,
             loss, grads, dpooled = model.backward(cache, bt.labels)
             res.loss_log.append((b, loss))
             res.preds[b] = (_sigmoid(logits.astype(np.float64)).astype(np.float32), bt.labels)
+            if data_feedback is not None:
+                data_feedback.losses(b, logits, bt.labels)
             phase = "update"
             device.update(b, bt.bags, dpooled, emb_lr)
             model.sgd_step(grads, cfg.lr)
             if b - A >= max(k, 1):
                 phase = "snapshot"
                 res.snapshots.append(b)
+                if data_feedback is not None:
+                    data_feedback.snapshot(b)
                 device.snapshot(b, model.to_bytes())
                 A = b
             phase = "commit"
@@ -442,6 +451,8 @@ def train(device, model: DLRM, data: Callable[[int], ClickData], n_batches: int,
             A = m
             c = info.committed
             crash = Crash(b, phase, c, info.mlp_epoch, b - c, c - m, fails)
+            if data_feedback is not None:
+                data_feedback.recover(c, info.mlp_epoch)
             res.crashes.append(crash)
             if progress is not None:
                 progress(dict(kind="crash", crash=crash, info=info))

@@ -1,1 +1,1 @@
-"""TrainingCXL application package: command line, training job, benches and studies."""
+"""TrainingCXL application package: command line, training job, campaigns, benches, studies."""

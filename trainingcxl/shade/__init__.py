@@ -1,0 +1,9 @@
+"""SHADE: importance-aware sample cache and sampler for the training data path (docs/shade.md).
+
+Modules: :mod:`.store` (sharded click log on disk standing for remote storage, with I/O
+accounting), :mod:`.importance` (per-sample loss, rank-based score, score table),
+:mod:`.policies` (SHADE, LRU, LFU, random, importance cache, Belady), :mod:`.sampler`
+(sequential, shuffle, importance), :mod:`.datapath` (what the trainer talks to: batches out,
+losses in, checkpoint state), :mod:`.distributed` (several data-parallel worker processes),
+:mod:`.study` and :mod:`.cli` (``trainingcxl shade``).
+"""

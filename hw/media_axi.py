@@ -17,6 +17,7 @@ Contract:
 from amaranth.hdl import Cat, Const, Signal, Module
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from .axi import AXI4Signature, BURST_INCR, RESP_OKAY
 from .config import DeviceConfig
@@ -43,7 +44,7 @@ class MediaAXI(wiring.Component):
         cfg = self._cfg
         dw = cfg.media_data_bits
         beats = LINE_BITS // dw
-        size = (dw // 8).bit_length() - 1
+        size = exact_log2(dw // 8)
         port, axi = self.port, self.axi
 
         # ---- reads -------------------------------------------------------------------------

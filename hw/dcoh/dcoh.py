@@ -29,6 +29,7 @@ soundness.
 from amaranth.hdl import Module, Signal, Assert, Cat, Const, Mux
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from ..config import DeviceConfig, REGIONS
 from ..cxl.messages import host_channel_members
@@ -49,10 +50,6 @@ ALL_BE = (1 << 64) - 1
 SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ = range(5)
 # Req actions
 (A_SPEC, A_ERR_RD, A_ERR_ND, A_RDCUR, A_RD_S, A_RD_A, A_INV_A, A_INV_I) = range(8)
-
-
-def _log2(n):
-    return (n - 1).bit_length()
 
 
 # status outputs of the DCOH that a top forwards as its own ports
@@ -145,7 +142,7 @@ class DCOH(wiring.Component):
         cfg = self.cfg
         ab = cfg.addr_bits
         lb = ab - 6
-        hb = _log2(cfg.wr_buckets)
+        hb = ceil_log2(cfg.wr_buckets)
         n_ways = cfg.sf_ways
 
         # ---------------------------------------------------------------- stores

@@ -15,6 +15,7 @@ from amaranth.hdl import Module, Signal, Cat
 from amaranth.lib.memory import Memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 __all__ = ["WriteBuckets", "PoisonTable"]
 
@@ -29,10 +30,6 @@ class LineStrobe(wiring.Signature):
         super().__init__({"en": Out(1), "line": Out(line_bits)})
 
 
-def _log2(n):
-    return (n - 1).bit_length()
-
-
 class WriteBuckets(wiring.Component):
     """Two counter memories per bucket, ``issued`` and ``retired``, each only ever incremented
     (modulo ``2 ** w`` with ``2 ** (w - 1) > max_count``); a bucket is busy when they differ.
@@ -42,7 +39,7 @@ class WriteBuckets(wiring.Component):
     def __init__(self, *, n, max_count, line_bits, n_query=1):
         if n < 1 or n & (n - 1):
             raise ValueError(f"bucket count must be a power of two, got {n!r}")
-        self._n, self._w, self._hb = n, max_count.bit_length() + 1, _log2(n)
+        self._n, self._w, self._hb = n, max_count.bit_length() + 1, exact_log2(n)
         super().__init__({
             "ready": Out(1),
             "inc": In(LineStrobe(line_bits)),

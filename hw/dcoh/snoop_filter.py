@@ -14,14 +14,11 @@ from amaranth.hdl import Module, Signal, Const
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 __all__ = ["SnoopFilter", "SF_I", "SF_S", "SF_A"]
 
 SF_I, SF_S, SF_A = 0, 1, 2
-
-
-def _log2(n):
-    return (n - 1).bit_length()
 
 
 class LookupSignature(wiring.Signature):
@@ -41,10 +38,10 @@ class SnoopFilter(wiring.Component):
             raise ValueError(f"sets must be a power of two, got {sets!r}")
         if ways < 1:
             raise ValueError(f"ways must be >= 1, got {ways!r}")
-        if line_bits <= _log2(sets):
+        if line_bits <= exact_log2(sets):
             raise ValueError(f"line_bits {line_bits} too small for {sets} sets")
         self._sets, self._ways, self._line_bits, self._n = sets, ways, line_bits, n_lookup
-        self._set_bits = _log2(sets)
+        self._set_bits = exact_log2(sets)
         super().__init__({
             "ready": Out(1),
             "lk": In(LookupSignature(line_bits, ways)).array(n_lookup),

@@ -25,6 +25,7 @@ Reset (use ``ResetInserter``) frees all. ``n`` >= 1; index ports are at least 1 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 __all__ = ["RowTracker"]
 
@@ -34,7 +35,7 @@ class RowTracker(wiring.Component):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"RowTracker: entry count must be >= 1, got {n!r}")
         self._n, self._rb, self._cb = n, row_bits, count_bits
-        ib = max(1, (n - 1).bit_length())          # entry index width (at least 1 bit)
+        ib = max(1, ceil_log2(n))          # entry index width (at least 1 bit)
         super().__init__({
             "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
             "q2_row": In(row_bits), "q2_hit": Out(1),
@@ -64,7 +65,7 @@ class RowTracker(wiring.Component):
 
         def encode(oh):       # one-hot (or zero) -> index
             return Cat(Cat(oh[i] for i in range(n) if i >> b & 1).any()
-                       for b in range(max(1, (n - 1).bit_length())))
+                       for b in range(max(1, ceil_log2(n))))
 
         m.d.comb += [
             self.hit.eq(match.any()),

@@ -76,6 +76,7 @@ from amaranth.hdl import C, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
 
 from ..config import LINE_BYTES, SUPPORTED_DIMS
 from ..crc32 import CRC32_INIT, CRC32_XOROUT, crc32_next
@@ -154,7 +155,7 @@ class PersistEngine(wiring.Component):
         log_line = cfg.log_base // LINE_BYTES
         tbl_lo = cfg.table_base
         tbl_hi = cfg.table_base + cfg.table_size
-        slot_w = max(1, (n_slots - 1).bit_length())
+        slot_w = max(1, ceil_log2(n_slots))
 
         def slot_line(slot):
             return (log_line + (slot << 3) + slot)[:la_bits]       # 9 lines per slot
@@ -266,7 +267,7 @@ class PersistEngine(wiring.Component):
         ring_w = ring.write_port()
         ring_ri = ring.read_port(domain="comb")    # issuer
         ring_rd = ring.read_port(domain="comb")    # data processor
-        rb = (self.ring - 1).bit_length()
+        rb = exact_log2(self.ring)
         wptr = Signal(rb + 1)                      # one wrap bit: full ring != empty ring
         iptr = Signal(rb + 1)
         dptr = Signal(rb + 1)

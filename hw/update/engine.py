@@ -85,6 +85,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal, signed
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from ..config import DeviceConfig
 from ..encodings import DeviceError
@@ -104,10 +105,6 @@ __all__ = ["UpdateEngine", "ID_OFFSETS", "ID_INDICES", "ID_GRADS", "ID_ROWS"]
 
 ID_OFFSETS, ID_INDICES, ID_GRADS, ID_ROWS = 4, 5, 6, 7
 LANES = 16
-
-
-def _log2(n):
-    return (n - 1).bit_length()
 
 
 class UpdateEngine(wiring.Component):
@@ -142,14 +139,14 @@ class UpdateEngine(wiring.Component):
         reader_depth = max(4, cfg.max_reads // 8)
         resp_depth = cfg.max_reads            # row lines read and not yet taken by W0
         n_delta = self.delta_lines            # power of two
-        dpb = _log2(n_delta)
+        dpb = ceil_log2(n_delta)
         done_depth = cfg.max_reads + 32       # ensures sent and not yet used by W0
         clear = Signal()      # command accepted: resets per-command blocks
         stop = Signal()       # no more writes (ensure error or media error)
         bk_reset = Signal()   # free every row tracker entry (a command drained)
 
         # ---- blocks ------------------------------------------------------------------------
-        eb = max(1, _log2(cfg.upd_rows))     # row tracker entry index
+        eb = max(1, ceil_log2(cfg.upd_rows))     # row tracker entry index
         ctx_lay = line_ctx_layout(eb)
         m.submodules.mux = mux = RequestPortMux(
             ab, [(ID_OFFSETS,), (ID_INDICES,), (ID_GRADS,), (ID_ROWS,)])
@@ -175,8 +172,8 @@ class UpdateEngine(wiring.Component):
         # first-word-fall-through: a write response may come the cycle after its request
         m.submodules.wk_q = wk_q = fifo.SyncFIFO(width=eb, depth=cfg.max_writes)
         # forwarding ring: the last n_fwd result lines, by write sequence number (see docstring)
-        n_fwd = 1 << _log2(resp_depth + cfg.max_writes + 32)
-        fb = _log2(n_fwd)
+        n_fwd = 1 << ceil_log2(resp_depth + cfg.max_writes + 32)
+        fb = ceil_log2(n_fwd)
         m.submodules.rows_t = rt = ResetInserter(bk_reset)(RowTracker(
             cfg.upd_rows, count_bits=(n_fwd + 8).bit_length()))
         m.submodules.fring = fring = Memory(shape=512, depth=n_fwd, init=[])

@@ -312,7 +312,8 @@ class CommandProcessor(wiring.Component):
                 with m.If(self.mem.wr_resp.valid):
                     m.d.sync += [self.desc_done.eq(self.desc_done + 1),
                                  self.sat_total.eq(self.sat_total + r.sat),
-                                 self.log_total.eq(self.log_total + Mux(kind == DescKind.COMMIT, 0, r.log_records))]
+                                 self.log_total.eq(self.log_total + Mux(kind == DescKind.COMMIT,
+                                                                        0, r.log_records))]
                     m.d.comb += cpl_ev.eq(1)
                     m.next = "IDLE"
 

@@ -53,10 +53,9 @@ class DeviceConfig:
     poison_lines: int = 8      # lines remembered as poisoned by host writes
     # training state (docs/training.md)
     log_set_sets: int = 1024   # logged-set sets (power of two); exact per-batch set of rows
-    log_set_ways: int = 8      # logged-set ways (8192 rows per batch; with 4 ways a batch of
-                               # 1023 random rows overflowed ~4 sets, each overflow a
-                               # synchronous re-log at UPDATE); a row that finds its
-                               # set full is re-logged
+    log_set_ways: int = 8      # logged-set ways (8192 rows per batch): enough that a batch of
+                               # ~1000 random rows overflows no set; a row that finds its set
+                               # full is re-logged synchronously at UPDATE (docs/benchmarks.md)
     log_window: int = 2048     # undo records in flight at most, counted from slot allocation
                                # (recovery scans this far past the first invalid slot: one
                                # pipelined header read per slot). Above log_buffer_lines +
@@ -70,8 +69,8 @@ class DeviceConfig:
                                # covers 1024 new rows of any dim. Default: 513 Kibit + 122
                                # Kibit (16 + 4 Xilinx RAMB36 / 26 + 7 Intel M20K).
     upd_rows: int = 512        # update engine: rows in flight (exact tracker entries, a CAM);
-                               # covers the row read + write round trip at PMEM latency 200
-                               # (256 gave a write-port span of 0.85 there, 512 gives 0.997)
+                               # covers the row read + write round trip at PMEM latency 200,
+                               # so the write port stays busy there (docs/benchmarks.md)
 
     def __post_init__(self):
         def need(cond, msg):

@@ -17,6 +17,7 @@ Contract:
 from amaranth.hdl import Cat, Const, Signal, Module
 from amaranth.lib import fifo, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 from .axi import AXI4Signature, BURST_INCR, RESP_OKAY
 from .config import DeviceConfig
@@ -26,7 +27,26 @@ __all__ = ["MediaAXI"]
 
 
 class MediaAXI(wiring.Component):
-    """Ports: ``port`` (device request port, responder side), ``axi`` (AXI4 master)."""
+    """The device request port (responder side) onto an AXI4 master (contract in the module
+    docstring: one INCR burst per line, AXI ID 0, in-order responses).
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        ``addr_bits``, ``media_data_bits``, ``axi_id_bits``, ``max_reads``, ``max_writes``.
+
+    Members
+    -------
+    port : In(DeviceRequestSignature(cfg.addr_bits))
+        Line requests; ``rd_resp.err``/``wr_resp.err`` when any RRESP, or BRESP, is not OKAY.
+    axi : Out(AXI4Signature(...))
+        The AXI4 master.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    """
 
     def __init__(self, cfg: DeviceConfig):
         if not isinstance(cfg, DeviceConfig):
@@ -43,7 +63,7 @@ class MediaAXI(wiring.Component):
         cfg = self._cfg
         dw = cfg.media_data_bits
         beats = LINE_BITS // dw
-        size = (dw // 8).bit_length() - 1
+        size = exact_log2(dw // 8)
         port, axi = self.port, self.axi
 
         # ---- reads -------------------------------------------------------------------------
@@ -56,6 +76,7 @@ class MediaAXI(wiring.Component):
             axi.arburst.eq(BURST_INCR),
             axi.arvalid.eq(port.rd_req.valid & rd_ids.w_rdy),
             port.rd_req.ready.eq(axi.arready & rd_ids.w_rdy),
+            # (the id FIFOs ride along the AXI handshakes: pushed on AR / request, popped on the last R / B)
             rd_ids.w_data.eq(port.rd_req.payload.id),
             rd_ids.w_en.eq(axi.arvalid & axi.arready),
         ]

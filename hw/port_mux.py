@@ -17,7 +17,31 @@ __all__ = ["RequestPortMux"]
 
 
 class RequestPortMux(wiring.Component):
-    """Ports: ``req_<i>`` (responder side, one per requester) and ``mem`` (requester side)."""
+    """Shares one device request port among several requesters (see the module docstring): fixed
+    priority per channel (requester 0 highest), grant held while the request waits, responses
+    routed by id; no added latency.
+
+    Parameters
+    ----------
+    addr_bits : int
+        Byte address width.
+    ids : sequence of sequences of int
+        The ids of each requester (disjoint).
+
+    Members
+    -------
+    req_<i> : In(DeviceRequestSignature(addr_bits))
+        One responder-side port per requester.
+    mem : Out(DeviceRequestSignature(addr_bits))
+        The shared port.
+    stray : Out(1)
+        Pulse: a response whose id belongs to no requester was dropped.
+
+    Raises
+    ------
+    ValueError
+        If the id sets overlap or there is no requester.
+    """
 
     def __init__(self, addr_bits, ids):
         ids = [tuple(x) for x in ids]

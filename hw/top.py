@@ -44,6 +44,32 @@ PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("gather", (0, 1, 2)), ("logg
 
 
 class TrainingCXLDevice(wiring.Component):
+    """The full TrainingCXL device (architecture section 2); only wiring (see the module docstring).
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        The device configuration (default ``DeviceConfig()``).
+
+    Members
+    -------
+    s_axil : In(AXI4LiteSignature(addr_width=12, data_width=32))
+        CSRs (register map docs/registers.md).
+    m_axi : Out(AXI4Signature(addr_width=cfg.addr_bits, data_width=cfg.media_data_bits, ...))
+        AXI4 master to the PMEM controller (one ID: in-order).
+    irq : Out(1)
+        Level: ``|(IRQ_STATUS & IRQ_ENABLE)``.
+    m2s_req, m2s_rwd, m2s_birsp : In; s2m_ndr, s2m_drs, s2m_bisnp : Out
+        The CXL.mem channels (``<ch>__{payload,valid,ready}`` in Verilog).
+    ready, err, err_code, err_addr, bisnp_sent, conflicts, proto_errors : Out
+        The DCOH's status outputs.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    """
+
     def __init__(self, cfg: DeviceConfig = DeviceConfig()):
         if not isinstance(cfg, DeviceConfig):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")

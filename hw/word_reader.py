@@ -28,6 +28,40 @@ __all__ = ["WordReader"]
 
 
 class WordReader(wiring.Component):
+    """Streams 32-bit words from device memory, prefetching whole lines (see the module docstring).
+
+    Parameters
+    ----------
+    addr_bits : int
+        Byte address width.
+    rd_id : int
+        Request id of the line reads.
+    depth : int
+        Lines in flight plus buffered (a power of two >= 2).
+
+    Members
+    -------
+    start : In(1), start_addr : In(addr_bits)
+        Begin at a 4-byte aligned byte address (only when ``idle``).
+    limit : In(addr_bits + 2)
+        Prefetch bound (exclusive byte address); may grow while running, never shrink.
+    flush : In(1)
+        Stop, drop buffered lines and the responses still in flight.
+    idle : Out(1)
+        Nothing in flight.
+    words : Out(stream.Signature(32))
+        Words in address order (2 cycles of latency).
+    mem : Out(DeviceRequestSignature(addr_bits))
+        Line reads (RdCur); ``rd_resp`` is never back-pressured.
+    media_err : Out(1)
+        A response answered ``err`` (cleared by ``start``).
+
+    Raises
+    ------
+    ValueError
+        If ``depth`` is not a power of two >= 2.
+    """
+
     def __init__(self, addr_bits, *, rd_id, depth=16):
         if depth < 2 or depth & (depth - 1):
             raise ValueError(f"depth must be a power of two >= 2, got {depth!r}")
@@ -68,6 +102,8 @@ class WordReader(wiring.Component):
         issued = rd.valid & rd.ready
         resp = self.mem.rd_resp
         got = resp.valid      # always accepted
+        # (FIFOs by hand: lines are pushed only while running and popped word by word; the word
+        # FIFO is gated by ``running``, so neither is a plain stream connection)
         m.d.comb += [
             resp.ready.eq(1),
             lines.w_data.eq(resp.payload.data),

@@ -71,8 +71,32 @@ def _field_ports(f):
 
 
 class CsrBlock(wiring.Component):
-    """AXI4-Lite register block of ``regmap`` (default: the project map). See the module
-    docstring for ports, timing and error behaviour."""
+    """AXI4-Lite register block of ``regmap`` (default: the project map); ports, timing and error
+    behaviour in the module docstring.
+
+    Parameters
+    ----------
+    regmap : RegMap, optional
+        The register map (32-bit registers).
+
+    Members
+    -------
+    axil : In(AXI4LiteSignature(addr_width=regmap.addr_width, data_width=32))
+        The CSR bus.
+    err_valid : Out(1), err_event_code : Out(8), err_event_value : Out(64)
+        A bus access error event (bad address, write to a read-only register, ...).
+    <field ports>
+        Per field, by kind: ``<port>`` (hardware value in or storage out), ``<port>_next`` /
+        ``<port>_we`` (hardware write), ``<port>_set`` (hardware set), ``<port>_swmod`` (software
+        wrote the field).
+
+    Raises
+    ------
+    TypeError
+        If ``regmap`` is not a :class:`RegMap`.
+    ValueError
+        If the registers are not 32 bits wide or two fields map to one port name.
+    """
 
     def __init__(self, regmap: RegMap | None = None):
         if regmap is None:

@@ -1,1 +1,2 @@
-"""CXL.mem front end (in progress: message layouts; the DCOH comes with its own issue)."""
+"""CXL.mem host channels: message payload layouts and the channel members of a component
+(the coherency engine on them is hw/dcoh)."""

@@ -29,6 +29,7 @@ soundness.
 from amaranth.hdl import Module, Signal, Assert, Cat, Const, Mux
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 from ..config import DeviceConfig, REGIONS
 from ..cxl.messages import host_channel_members
@@ -51,10 +52,6 @@ SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ = range(5)
 (A_SPEC, A_ERR_RD, A_ERR_ND, A_RDCUR, A_RD_S, A_RD_A, A_INV_A, A_INV_I) = range(8)
 
 
-def _log2(n):
-    return (n - 1).bit_length()
-
-
 # status outputs of the DCOH that a top forwards as its own ports
 STATUS_PORTS = ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
                 "proto_errors")
@@ -73,6 +70,48 @@ def forward_status(m, outer, dcoh):
 
 
 class DCOH(wiring.Component):
+    """CXL.mem (HDM-DB) device coherency engine between the host, the engines and the media.
+
+    Contract: docs/coherence.md; structure, ordering and latency in the module docstring. The host
+    lane serves one host message per cycle (BIRsp, then RwD, then a parked Req that a BIRsp woke,
+    then a new Req); the device read and write lanes one engine request each per cycle, snooping
+    the host (BISnp) when the snoop filter says it may hold the line.
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        Regions, snoop filter (``sf_sets``, ``sf_ways``), BITags (``bi_tags``), write buckets,
+        poison table, lane depths, ``addr_bits``.
+    observe : bool
+        Add the formal harness's observation ports (``obs_*``).
+
+    Members
+    -------
+    m2s_req, m2s_rwd, m2s_birsp : In(stream.Signature(...))
+        Host to device CXL.mem channels (``hw.cxl.messages``).
+    s2m_ndr, s2m_drs, s2m_bisnp : Out(stream.Signature(...))
+        Device to host channels.
+    dev : In(DeviceRequestSignature(cfg.addr_bits))
+        The engines' device request port (responder side).
+    mem : Out(DeviceRequestSignature(cfg.addr_bits))
+        Media requests; read responses must return in read-request order and write responses in
+        write-request order, across ids (MediaAXI meets this).
+    ready : Out(1)
+        The snoop filter and write-bucket init sweeps are done.
+    err : Out(1), err_code : Out(4), err_addr : Out(cfg.addr_bits - 6)
+        One-cycle error report (``DcohError``, line address).
+    bisnp_sent, conflicts, proto_errors : Out(32)
+        Counters.
+    obs_line : In; obs_sf_state, obs_bisnp_pending, obs_req_served, obs_req_served_line,
+    obs_trk_valid : Out
+        With ``observe`` only.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    """
+
     def __init__(self, cfg: DeviceConfig = DeviceConfig(), *, observe=False):
         if not isinstance(cfg, DeviceConfig):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
@@ -145,7 +184,7 @@ class DCOH(wiring.Component):
         cfg = self.cfg
         ab = cfg.addr_bits
         lb = ab - 6
-        hb = _log2(cfg.wr_buckets)
+        hb = ceil_log2(cfg.wr_buckets)
         n_ways = cfg.sf_ways
 
         # ---------------------------------------------------------------- stores

@@ -15,6 +15,7 @@ from amaranth.hdl import Module, Signal, Cat
 from amaranth.lib.memory import Memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 __all__ = ["WriteBuckets", "PoisonTable"]
 
@@ -29,20 +30,45 @@ class LineStrobe(wiring.Signature):
         super().__init__({"en": Out(1), "line": Out(line_bits)})
 
 
-def _log2(n):
-    return (n - 1).bit_length()
-
-
 class WriteBuckets(wiring.Component):
-    """Two counter memories per bucket, ``issued`` and ``retired``, each only ever incremented
-    (modulo ``2 ** w`` with ``2 ** (w - 1) > max_count``); a bucket is busy when they differ.
-    One increment of each per cycle, so both fit one write port each (compact in Verilog and in
-    LUT RAM). After reset an init sweep zeroes both (``n`` cycles, ``ready`` low)."""
+    """Per-bucket count of media writes in flight (see the module docstring).
+
+    Two counter memories per bucket, ``issued`` and ``retired``, each only ever incremented
+    (modulo ``2 ** w`` with ``2 ** (w - 1) > max_count``); a bucket is busy when they differ. One
+    increment of each per cycle, so both fit one write port each (compact in Verilog and in LUT
+    RAM). After reset an init sweep zeroes both (``n`` cycles, ``ready`` low).
+
+    Parameters
+    ----------
+    n : int
+        Buckets (a power of two): the low ``log2(n)`` bits of a line address.
+    max_count : int
+        Writes of one bucket in flight at most.
+    line_bits : int
+        Line address width.
+    n_query : int
+        Query ports.
+
+    Members
+    -------
+    ready : Out(1)
+        The init sweep is done.
+    inc, dec : In(LineStrobe(line_bits))
+        Count a write when it is decided; uncount it when its response returns.
+    q : In(LineQuery(line_bits, "busy")).array(n_query)
+        ``q[i].line`` -> ``q[i].busy`` (combinational): a write with the same hash may be in
+        flight.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is not a power of two.
+    """
 
     def __init__(self, *, n, max_count, line_bits, n_query=1):
         if n < 1 or n & (n - 1):
             raise ValueError(f"bucket count must be a power of two, got {n!r}")
-        self._n, self._w, self._hb = n, max_count.bit_length() + 1, _log2(n)
+        self._n, self._w, self._hb = n, max_count.bit_length() + 1, exact_log2(n)
         super().__init__({
             "ready": Out(1),
             "inc": In(LineStrobe(line_bits)),
@@ -88,6 +114,34 @@ class WriteBuckets(wiring.Component):
 
 
 class PoisonTable(wiring.Component):
+    """Up to ``n`` line addresses written with poison (see the module docstring).
+
+    Parameters
+    ----------
+    n : int
+        Entries (>= 1).
+    line_bits : int
+        Line address width.
+    n_query, n_clr : int
+        Query and clear ports.
+
+    Members
+    -------
+    q : In(LineQuery(line_bits, "hit")).array(n_query)
+        ``q[i].line`` -> ``q[i].hit`` (combinational).
+    set_en : In(1), set_line : In(line_bits)
+        Add a line (no effect if listed).
+    full : Out(1)
+        No free entry (adding an unlisted line then is the caller's error).
+    clr : In(LineStrobe(line_bits)).array(n_clr)
+        Remove a line; a set and a clear of one line in one cycle: the set wins.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` < 1.
+    """
+
     def __init__(self, *, n, line_bits, n_query=2, n_clr=2):
         if n < 1:
             raise ValueError(f"poison table size must be >= 1, got {n!r}")

@@ -11,6 +11,22 @@ __all__ = ["RoundRobinMerge"]
 
 
 class RoundRobinMerge(wiring.Component):
+    """Round-robin merge of two streams of one layout (see the module docstring).
+
+    Parameters
+    ----------
+    layout : ShapeLike
+        Payload shape of the three streams.
+
+    Members
+    -------
+    a, b : In(stream.Signature(layout))
+        The inputs; when both are valid the one not served last goes first.
+    o : Out(stream.Signature(layout))
+        The merged stream; the grant is held while ``o`` waits for ``ready``. No buffering, no
+        added latency.
+    """
+
     def __init__(self, layout):
         super().__init__({"a": In(stream.Signature(layout)), "b": In(stream.Signature(layout)),
                           "o": Out(stream.Signature(layout))})

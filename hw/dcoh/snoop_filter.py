@@ -14,14 +14,11 @@ from amaranth.hdl import Module, Signal, Const
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
 
 __all__ = ["SnoopFilter", "SF_I", "SF_S", "SF_A"]
 
 SF_I, SF_S, SF_A = 0, 1, 2
-
-
-def _log2(n):
-    return (n - 1).bit_length()
 
 
 class LookupSignature(wiring.Signature):
@@ -36,15 +33,44 @@ class LookupSignature(wiring.Signature):
 
 
 class SnoopFilter(wiring.Component):
+    """Inclusive set-associative snoop filter: per line state I, S or A (see the module docstring).
+
+    Parameters
+    ----------
+    sets : int
+        Sets (a power of two): the low ``log2(sets)`` bits of the line address.
+    ways : int
+        Ways per set (>= 1).
+    line_bits : int
+        Line address width (more than ``log2(sets)``).
+    n_lookup : int
+        Lookup ports.
+
+    Members
+    -------
+    ready : Out(1)
+        The init sweep (``sets`` cycles after reset) is done.
+    lk : In(LookupSignature(line_bits, ways)).array(n_lookup)
+        Combinational lookups: ``line`` in; ``hit``, ``way``, ``state`` (I on a miss), ``free`` /
+        ``free_way`` (first way in state I), per way ``way_state``/``way_line`` out.
+    wr_en : In(1), wr_line : In(line_bits), wr_way : In(range(ways)), wr_state : In(2)
+        Write one entry (visible to lookups from the next cycle).
+
+    Raises
+    ------
+    ValueError
+        If ``sets`` is not a power of two, ``ways`` < 1, or ``line_bits`` too small.
+    """
+
     def __init__(self, *, sets, ways, line_bits, n_lookup):
         if sets < 1 or sets & (sets - 1):
             raise ValueError(f"sets must be a power of two, got {sets!r}")
         if ways < 1:
             raise ValueError(f"ways must be >= 1, got {ways!r}")
-        if line_bits <= _log2(sets):
+        if line_bits <= exact_log2(sets):
             raise ValueError(f"line_bits {line_bits} too small for {sets} sets")
         self._sets, self._ways, self._line_bits, self._n = sets, ways, line_bits, n_lookup
-        self._set_bits = _log2(sets)
+        self._set_bits = exact_log2(sets)
         super().__init__({
             "ready": Out(1),
             "lk": In(LookupSignature(line_bits, ways)).array(n_lookup),

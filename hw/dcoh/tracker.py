@@ -21,6 +21,40 @@ class CamSignature(wiring.Signature):
 
 
 class BITracker(wiring.Component):
+    """One entry per outstanding BISnp (see the module docstring).
+
+    Parameters
+    ----------
+    n : int
+        Entries (1 .. ``2 ** tag_bits``).
+    line_bits : int
+        Line address width.
+    n_cam : int
+        Line lookup ports.
+    tag_bits : int
+        Width of a BISnp tag.
+
+    Members
+    -------
+    cam : In(CamSignature(line_bits)).array(n_cam)
+        ``cam[i].line`` -> ``cam[i].hit`` (combinational): a valid entry holds the line.
+    alloc_en : In(1), alloc_line : In(line_bits), alloc_op : In(4)
+        Allocate ``free_idx`` (at the clock edge).
+    free_idx : Out(range(n)), full : Out(1)
+        The lowest free entry; no free entry.
+    rel_en : In(1), rel_idx : In(range(n))
+        Free an entry.
+    q_idx : In(tag_bits); q_valid, q_line, q_op : Out
+        Entry lookup by tag (combinational; a tag >= ``n`` reads as not valid).
+    valid : Out(n)
+        The valid bits.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is out of range.
+    """
+
     def __init__(self, *, n, line_bits, n_cam, tag_bits=12):
         if not 1 <= n <= (1 << tag_bits):
             raise ValueError(f"tracker size must be 1..{1 << tag_bits}, got {n!r}")

@@ -69,8 +69,23 @@ def _override(cls, overrides):
 
 class AckFirstFIFO(wiring.Component):
     """A FIFO with the ``SyncFIFOBuffered`` interface that puts an entry whose low 3 bits are
-    BI-ConflictAck right behind the head (which may be on offer already, so it stays) instead of
-    at the tail: it overtakes queued Cmps (breaks rule 6)."""
+    BI-ConflictAck right behind the head (which may be on offer already, so it stays) instead of at
+    the tail: it overtakes queued Cmps (breaks rule 6). A broken variant for the formal proofs.
+
+    Parameters
+    ----------
+    width, depth : int
+        Entry width and count.
+
+    Members
+    -------
+    w_data : In(width), w_en : In(1), w_rdy : Out(1)
+        Write side.
+    r_data : Out(width), r_en : In(1), r_rdy : Out(1)
+        Read side.
+    level : Out(range(depth + 1))
+        Entries held.
+    """
 
     def __init__(self, *, width, depth):
         self.width, self.depth = width, depth

@@ -69,7 +69,29 @@ def fold_widths(n: int, pins: int = OUT_PINS) -> list:
 
 
 class SynthHarness(wiring.Component):
-    """Top for FPGA synthesis of :class:`hw.top.TrainingCXLDevice` (see module docstring)."""
+    """Top for FPGA synthesis of :class:`hw.top.TrainingCXLDevice` (see the module docstring): the
+    device's inputs come from an xorshift register, its outputs fold into ``OUT_PINS`` pins, so
+    nothing is optimized away and the I/O fits.
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        The device configuration.
+
+    Members
+    -------
+    clk : In(1)
+        Clock.
+    rst_n : In(1)
+        Active-low reset.
+    out : Out(OUT_PINS)
+        The XOR-folded device outputs.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    """
 
     clk: In(1)
     rst_n: In(1)

@@ -52,11 +52,48 @@ def register_slice(m, name, src, dst, *, reset=None):
         q = ResetInserter(reset)(q)
     m.submodules[name] = q
     wiring.connect(m, src, q.w_stream)
-    m.d.comb += [dst.valid.eq(q.r_rdy), dst.payload.eq(q.r_data), q.r_en.eq(dst.ready)]
+    out = q.r_stream          # (dst may be a sub-component's port or our own: no connect())
+    m.d.comb += [dst.valid.eq(out.valid), dst.payload.eq(out.payload), out.ready.eq(dst.ready)]
     return q
 
 
 class GatherReduce(wiring.Component):
+    """The LOOKUP engine: gather rows, sum-pool each bag, write pooled rows (see the module
+    docstring for the pipeline, semantics and the undo-log tee).
+
+    One command at a time; the engine completes only when every read it issued has returned and
+    every write it issued is acknowledged (persistent), so nothing of a command is in flight after
+    its completion, even after an error.
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        Address width, staging region, ``max_reads``, ``max_writes``, ``max_bag``, ``acc_bits``.
+
+    Members
+    -------
+    cmd : In(stream.Signature(cmd_layout(A)))
+        One LOOKUP; accepted only when the previous completion has been taken.
+    cpl : Out(stream.Signature(cpl_layout(A)))
+        One completion per command (docs/lookup.md).
+    mem : Out(DeviceRequestSignature(A))
+        Ids 0 rows and output writes, 1 offsets, 2 indices.
+    busy : Out(1)
+        A command is being executed.
+    log : In(1), table_id : In(16)
+        Undo-log tee: sampled with ``cmd``.
+    log_rows : Out(stream.Signature(log_row_layout(A)))
+        With ``log``: one entry per row item read, in issue order.
+    log_lines : Out(stream.Signature(log_line_layout))
+        With ``log``: every row-read response line (a fork with the pool). The command completes
+        only once every entry and line has been taken.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    """
+
     def __init__(self, cfg: DeviceConfig):
         if not isinstance(cfg, DeviceConfig):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
@@ -121,12 +158,12 @@ class GatherReduce(wiring.Component):
             pool.resp.payload.eq(resp.payload),
             pool.resp.valid.eq(resp.valid & fork_ok),
             resp.ready.eq(pool.resp.ready & fork_ok),
+            # (the tee side of the fork: written by hand, the write is the fork's transfer)
             log_line_q.w_data.eq(resp.payload.data),
             log_line_q.w_en.eq(c_log & resp.valid & resp.ready),
-            self.log_lines.valid.eq(log_line_q.r_rdy),
-            self.log_lines.payload.data.eq(log_line_q.r_data),
-            log_line_q.r_en.eq(self.log_lines.ready),
         ]
+        wiring.connect(m, log_line_q.r_stream, wiring.flipped(self.log_lines))
+        # (out_q's read side becomes a write request: its payload is reshaped, so fields by hand)
         out_payload = out_layout(ab)(out_q.r_data)
         m.d.comb += [
             rows_port.wr_req.valid.eq(out_q.r_rdy),
@@ -168,6 +205,7 @@ class GatherReduce(wiring.Component):
             off_rd.start_addr.eq(c.offsets_addr),
         ]
 
+        # (log_row_q holds row indices; the log_rows payload is built from them, so fields by hand)
         lr = self.log_rows.payload
         m.d.comb += [
             self.log_rows.valid.eq(log_row_q.r_rdy), log_row_q.r_en.eq(self.log_rows.ready),

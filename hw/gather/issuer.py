@@ -21,6 +21,29 @@ __all__ = ["RowIssuer"]
 
 
 class RowIssuer(wiring.Component):
+    """One line read per cycle for each line of each row item (see the module docstring).
+
+    Parameters
+    ----------
+    addr_bits : int
+        Byte address width.
+    rd_id : int
+        Request id of the row reads.
+
+    Members
+    -------
+    items : In(stream.Signature(item_layout))
+        Row items; an item is taken with its last line's read (or tag).
+    rd_req : Out(stream.Signature(rd_req_layout(addr_bits)))
+        Line reads ``table_line + (index << dim_log) + k`` (RdCur); none for an empty item.
+    tags : Out(stream.Signature(tag_layout))
+        One tag per line, read or empty, in issue order; a read waits for room here.
+    rows : Out(stream.Signature(32))
+        With ``log``: the row index of each item, with its first line read.
+    log : In(1), dim_log : In(2), table_line : In(addr_bits - 6)
+        The command's, stable while running.
+    """
+
     def __init__(self, addr_bits, *, rd_id=0):
         self._rd_id = rd_id
         super().__init__({

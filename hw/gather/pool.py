@@ -26,6 +26,34 @@ def out_layout(addr_bits):
 
 
 class PoolAccumulator(wiring.Component):
+    """Exact per-bag sums of the row lines, saturated to int32 on output (see the module docstring).
+
+    Parameters
+    ----------
+    addr_bits : int
+        Byte address width.
+    acc_bits : int
+        Accumulator lane width (signed; exact for the longest bag).
+
+    Members
+    -------
+    tags : In(stream.Signature(tag_layout))
+        Line tags in issue order.
+    resp : In(stream.Signature(rd_resp_layout()))
+        Row line responses in the same order (an ``empty`` tag takes none).
+    out : Out(stream.Signature(out_layout(addr_bits)))
+        Pooled output lines at ``out_line``, ``out_line + 1``, ... (combinational from the last
+        line's response).
+    start : In(1), out_line : In(addr_bits - 6)
+        Command start: the first output line address; counters to 0.
+    sat : Out(32)
+        Saturated lanes (one cycle after the line is emitted).
+    lines : Out(32)
+        Output lines emitted.
+    media_err : Out(1)
+        A response answered ``err``.
+    """
+
     def __init__(self, addr_bits, *, acc_bits):
         self._acc_bits = acc_bits
         super().__init__({

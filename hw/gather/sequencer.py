@@ -19,6 +19,31 @@ __all__ = ["BagSequencer"]
 
 
 class BagSequencer(wiring.Component):
+    """Bag lengths and indices to row items, checking each index (see the module docstring).
+
+    Members
+    -------
+    bags : In(stream.Signature(bag_layout))
+        Bag lengths (or an error marker) from the walker.
+    indices : In(stream.Signature(32))
+        The index list, in order.
+    items : Out(stream.Signature(item_layout))
+        One item per index (``first``/``last`` mark the bag's ends), or one ``empty`` item per
+        empty bag; one per cycle.
+    table_rows, n_bags : In(32)
+        The command's (an index >= ``table_rows`` is INDEX_RANGE).
+    marker_value : In(64)
+        Offending value of a walker error marker (``walker.err_value``).
+    done : Out(1)
+        All ``n_bags`` bags emitted.
+    err : Out(1), err_code : Out(4), err_value : Out(64)
+        The first failure (held).
+    bag : Out(32)
+        Bag of the current item (and of an error).
+    rows : Out(32)
+        Rows of bags whose last item was emitted.
+    """
+
     bags: In(stream.Signature(bag_layout))
     indices: In(stream.Signature(32))
     items: Out(stream.Signature(item_layout))

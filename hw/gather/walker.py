@@ -19,6 +19,37 @@ __all__ = ["OffsetsWalker"]
 
 
 class OffsetsWalker(wiring.Component):
+    """Checks each bag's offsets and opens the index range it covers (see the module docstring).
+
+    Parameters
+    ----------
+    addr_bits : int
+        Byte address width.
+    staging_end : int
+        End of the staging region (exclusive).
+    max_bag : int
+        Longest bag (BAG_TOO_LONG beyond).
+
+    Members
+    -------
+    start : In(1)
+        Begin a command (``n_bags + 1`` offsets follow on ``offsets``).
+    n_bags : In(32), indices_addr : In(addr_bits)
+        The command's.
+    offsets : In(stream.Signature(32))
+        The offsets, in order.
+    bags : Out(stream.Signature(bag_layout))
+        One entry per bag: its length, or an error marker (then it stops).
+    idx_start : Out(1), idx_start_addr : Out(addr_bits)
+        Strobe: start the index reader at ``indices_addr + 4 * offsets[0]``.
+    idx_limit : Out(addr_bits + 2)
+        End (exclusive) of the validated index range.
+    busy : Out(1)
+        From ``start`` until the last entry is pushed.
+    err_value : Out(64)
+        Offending value of the error marker.
+    """
+
     def __init__(self, addr_bits, *, staging_end, max_bag):
         self._ab, self._staging_end, self._max_bag = addr_bits, staging_end, max_bag
         super().__init__({

@@ -83,8 +83,42 @@ def byte_mask_bits(be):
 
 
 class SnapshotEngine(wiring.Component):
-    """See the module docstring. ``depth`` (power of two, default ``min(cfg.max_reads, 32)``):
-    source reads issued and not yet consumed (the line FIFO's depth)."""
+    """The background copy of an MLP snapshot (docs/training.md section 9; copy, ordering and errors
+    in the module docstring).
+
+    Parameters
+    ----------
+    cfg : DeviceConfig
+        ``addr_bits``, slots region, ``max_reads``, ``max_writes``.
+    depth : int, optional
+        Source reads issued and not yet consumed (the line FIFO's depth; a power of two, default
+        ``min(cfg.max_reads, 32)``).
+
+    Members
+    -------
+    mem : Out(DeviceRequestSignature(A))
+        Id :data:`SNAP_ID` (11) for everything.
+    start : In(stream.Signature(start_layout(A)))
+        ``epoch``, ``src``, ``length``; accepted only while idle.
+    busy : Out(1)
+        A copy is in flight (STATUS.SNAP_BUSY).
+    accepted : Out(64)
+        A, the epoch of the last accepted snapshot.
+    mlp_epoch : Out(64), mlp_slot : Out(2)
+        P, the epoch of the last completed (or recovered) snapshot, and its slot (0 none, 1 A,
+        2 B); they change in the cycle ``busy`` falls.
+    load : In(1), load_slot : In(2), load_epoch : In(64)
+        Pulse, only while idle: the state chosen by recovery.
+    err : Out(1), err_value : Out(64)
+        Pulse: the first media error of a copy (the snapshot's epoch); the copy then stops.
+
+    Raises
+    ------
+    TypeError
+        If ``cfg`` is not a :class:`DeviceConfig`.
+    ValueError
+        If ``depth`` is not a power of two >= 2 or the slots region holds no slot header.
+    """
 
     def __init__(self, cfg: DeviceConfig, *, depth=None):
         if not isinstance(cfg, DeviceConfig):
@@ -150,6 +184,8 @@ class SnapshotEngine(wiring.Component):
         held = Signal(range(depth + 1))
         rd_load = Signal()
         pop = Signal()
+        # (the line FIFO is pushed by every response, always ready, and popped by the copy's own
+        # schedule (``pop``): not a stream connection)
         m.d.comb += [mem.rd_req.valid.eq(rq_valid), mem.rd_req.payload.id.eq(SNAP_ID),
                      mem.rd_req.payload.op.eq(RD_CUR), mem.rd_req.payload.addr.eq(rq_addr),
                      mem.rd_resp.ready.eq(1),

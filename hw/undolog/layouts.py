@@ -1,8 +1,10 @@
-"""Stream layouts of the undo logger (docs/training.md section 5): the LOOKUP tee and the
-synchronous ``ensure`` path of UPDATE."""
+"""Stream layouts of the undo logger (docs/training.md section 5): the LOOKUP tee, the
+synchronous ``ensure`` path of UPDATE, and the logger's record lines and headers on their way to
+its write port."""
 from amaranth.lib import data
 
-__all__ = ["log_row_layout", "log_line_layout", "ensure_done_layout"]
+__all__ = ["log_row_layout", "log_line_layout", "ensure_done_layout", "record_line_layout",
+           "record_header_layout"]
 
 
 def log_row_layout(addr_bits):
@@ -16,3 +18,13 @@ log_line_layout = data.StructLayout({"data": 512})
 
 # answer to one ``ensure`` request (DeviceError code; 0 = the row is logged and persistent)
 ensure_done_layout = data.StructLayout({"err_code": 8})
+
+# one data line of a record on its way to the write port; ``last``: the record's last data line
+record_line_layout = data.StructLayout({"data": 512, "last": 1})
+
+
+def record_header_layout(addr_bits):
+    """The variable fields of a record's header line (the rest are ``batch``, ``epoch`` and
+    constants): ``table``, ``row``, ``addr``, ``dl`` (dim_log), ``crc`` (the CRC state after
+    the record's data lines, or the final CRC once the header's share is added)."""
+    return data.StructLayout({"table": 16, "row": 32, "addr": addr_bits, "dl": 2, "crc": 32})

@@ -25,16 +25,48 @@ Reset (use ``ResetInserter``) frees all. ``n`` >= 1; index ports are at least 1 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
 
 __all__ = ["RowTracker"]
 
 
 class RowTracker(wiring.Component):
+    """Exact table of the rows the UPDATE engine has in flight (see the module docstring).
+
+    Parameters
+    ----------
+    n : int
+        Entries (>= 1).
+    row_bits : int
+        Row index width.
+    count_bits : int
+        Line count width (must hold the most lines of one row in flight).
+
+    Members
+    -------
+    q_row : In(row_bits); hit, hit_idx, full, free_idx : Out
+        Lookup (a CAM over all valid entries): ``hit`` and its entry; no free entry; the lowest
+        free entry.
+    q2_row : In(row_bits); q2_hit : Out(1)
+        A second, independent lookup (the undo logger's query).
+    alloc, join : In(1); alloc_row : In(row_bits); alloc_count : In(count_bits)
+        Allocate ``free_idx`` for a row (not when ``full``), or add lines to ``hit_idx``.
+    dec : In(1), dec_idx : In(entry bits)
+        One line of an entry acknowledged; the entry frees the cycle after its count reaches 0.
+    idle : Out(1)
+        No valid entry.
+
+    Raises
+    ------
+    ValueError
+        If ``n`` < 1.
+    """
+
     def __init__(self, n, *, row_bits=32, count_bits=4):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"RowTracker: entry count must be >= 1, got {n!r}")
         self._n, self._rb, self._cb = n, row_bits, count_bits
-        ib = max(1, (n - 1).bit_length())          # entry index width (at least 1 bit)
+        ib = max(1, ceil_log2(n))          # entry index width (at least 1 bit)
         super().__init__({
             "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
             "q2_row": In(row_bits), "q2_hit": Out(1),
@@ -64,7 +96,7 @@ class RowTracker(wiring.Component):
 
         def encode(oh):       # one-hot (or zero) -> index
             return Cat(Cat(oh[i] for i in range(n) if i >> b & 1).any()
-                       for b in range(max(1, (n - 1).bit_length())))
+                       for b in range(max(1, ceil_log2(n))))
 
         m.d.comb += [
             self.hit.eq(match.any()),

@@ -1,6 +1,6 @@
 """Expected semantic trace of a full-device run, from the host's actions and the golden model.
 
-Input: the host-level action log of a run (``cosim.action_log`` writes it; JSON lines, schema in
+Input: the host-level action log of a run (``cosim.trace.action_log`` writes it; JSON lines, schema in
 docs/traces.md): CSR writes/reads as the host issued them (with the response the host got,
 used only to find synchronisation points, see below), backdoor writes of host data ("pokes"),
 completed host CXL.mem transactions (request fields only are used) and device resets.
@@ -34,10 +34,11 @@ import json
 from pathlib import Path
 
 from hw.config import DeviceConfig
+from hw.csr.regmap import regmap_document
 from hw.encodings import CPL_BYTES, CPL_FIELDS, N_TABLES, DescKind, DeviceError, unpack_fields
 from .coherence import NXM_DATA, expected_req, expected_rwd
 from .memory import MemoryImage
-from .training import REGMAP_JSON, TrainingDevice
+from .training import TrainingDevice
 
 __all__ = ["SEMANTIC", "ACTIONS", "RAW", "COVERS", "LineOverlay", "RegMap", "expected_events",
            "expected_from_file", "cpl_cycles_range", "hexbe", "read_jsonl", "TraceFormatError"]
@@ -127,10 +128,11 @@ class LineOverlay:
 
 
 class RegMap:
-    """hw/csr/regmap.json read as data: names, offsets, access, fields."""
+    """The generated register map (``hw.csr.regmap.regmap_document``) read as data: names,
+    offsets, access, fields. ``path``: a regmap.json to read instead."""
 
-    def __init__(self, path=REGMAP_JSON):
-        doc = json.loads(Path(path).read_text())
+    def __init__(self, path=None):
+        doc = regmap_document() if path is None else json.loads(Path(path).read_text())
         self.regs = {r["name"]: r for r in doc["registers"]}
         self.by_off = {r["offset"]: r for r in doc["registers"]}
         self.off = {r["name"]: r["offset"] for r in doc["registers"]}

@@ -15,7 +15,7 @@ outputs sit at X (and tests can still pass). The later ``-g2005`` overrides it.
 ``icarus_missing()`` says why Icarus cannot be used here (or None). Icarus waves are FST
 (``dump.fst`` in the run's ``test_dir``; vvp writes it itself, no liblz4 needed).
 
-*Passing parameters to cocotb tests.* The simulator is a separate process; a run's parameters
+*Passing parameters to the simulator's tests.* The simulator is a separate process; a run's parameters
 are one typed object (a dataclass, ``params=``), written to ``params.json`` in the run's
 directory and read back by the tests with ``cosim.params.load`` (the device configuration and
 PMEM latencies travel in a ``cosim.tb.config.BenchConfig``). ``extra_env`` is for the
@@ -108,7 +108,7 @@ _BUILD_SCHEME = 1
 _DONE_MARKER = "BUILD_OK"
 
 
-# (module, cocotb tests passed) of every successful run in this process, for the pytest summary
+# (module, tests passed under cocotb) of every successful run in this process, for the pytest summary
 RUNS: list = []
 
 
@@ -440,7 +440,7 @@ def _fresh_run_dir(test_module: str) -> Path:
 def run(build: Build, test_module: str, *, test_filter: str | None = None, seed: int,
         params=None, extra_env: dict | None = None, test_dir=None, waves: bool = False,
         capture: bool = True) -> Results:
-    """Run the cocotb tests of ``test_module`` against ``build`` and check they really ran.
+    """Run the tests of ``test_module`` under cocotb against ``build``; check they really ran.
 
     The simulator is the one ``build`` was made for (``build.sim``). ``test_filter`` is a regex on
     test names (parametrized names included). ``params`` (a dataclass instance) is written to
@@ -502,10 +502,10 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     n_skipped = sum(int(ts.get("skipped", 0))
                     for ts in ElementTree.parse(results_xml).getroot().iter("testsuite"))
     if n_tests - n_skipped <= 0:
-        raise CosimError(f"no cocotb test ran ({n_tests} collected, {n_skipped} skipped; import "
+        raise CosimError(f"no test ran under cocotb ({n_tests} collected, {n_skipped} skipped; import "
                          f"error, skip or filter matching nothing): {where}{tail}")
     if n_failed:
-        raise CosimError(f"{n_failed} of {n_tests} cocotb tests failed: {where}{tail}")
+        raise CosimError(f"{n_failed} of {n_tests} tests failed under cocotb: {where}{tail}")
     if sim_exit:
         raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
     skipped = f", {n_skipped} skipped" if n_skipped else ""

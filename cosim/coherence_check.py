@@ -22,7 +22,7 @@ soundness, stream stability).
      host in S/E/M, or a RdCur with the host in E/M, is a violation. (The decision lies in
      [q, valid rise]; a grant the host received before q was served before q.) A media
      access with neither a host nor a device request outstanding to its line is "media_spurious".
-   - optionally (``perm_media=True``; the bench's ``TCXL_STRICT_MEDIA=1``),
+   - optionally (``perm_media=True``; the bench's ``BenchConfig.strict_media``),
      HostPermission.device_access at the valid rise: the grants seen at the boundary at that
      cycle. Stricter than the contract: a device write decided while the SF said I may still
      sit in the DCOH's media queue when the host is granted E by a MemInv(A) (no media read to

@@ -1,6 +1,6 @@
 """Run parameters: one typed object per simulator run, serialized to JSON in one place.
 
-The simulator is a separate process. A launcher hands its cocotb tests one frozen dataclass::
+The simulator is a separate process. A launcher hands the tests of one simulator run one frozen dataclass::
 
     @dataclass(frozen=True)
     class DcohParams:

@@ -1,6 +1,6 @@
 """PMEM model: an AXI4 slave with fixed read/write latency, built on cocotbext-axi's channels.
 
-Usage (inside a cocotb test)::
+Usage (inside a test running under cocotb)::
 
     pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100, write_latency=100)
 

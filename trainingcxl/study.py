@@ -32,7 +32,7 @@ import numpy as np
 
 from sw_model.clicklog import ClickData, ClickLogGenerator
 from sw_model.dlrm import DLRM, DLRMConfig, evaluate, init_tables, synthetic_data, train
-from sw_model.embedding_device import ModelDevice, PowerFailure
+from sw_model.embedding_device import ModelDevice
 
 __all__ = ["schedule", "run_setting", "main"]
 

@@ -1,7 +1,7 @@
 """Boundary-transaction trace: every handshake on the device's ports as one JSON line.
 
 A passive monitor (architecture section 6): it drives nothing and never waits on the bench, so
-turning it on cannot change what the design does. Usage (inside a cocotb test)::
+turning it on cannot change what the design does. Usage (inside a test running under cocotb)::
 
     rec = TraceRecorder(dut, clock=dut.clk, reset=dut.rst, period_ns=10,
                         streams={"cmd": cmd_layout(ab), "cpl": cpl_layout(ab)})

@@ -2,7 +2,7 @@
 
     recorder = record_device_trace(dut, "trace.jsonl", drv=tb.drv)   # after the clock starts
     ...                                                                # run the bench
-    recorder.write()          # also done automatically when the cocotb test ends
+    recorder.write()          # also done automatically when the test ends
 
 Records, as JSON lines with cycle numbers (``cosim.trace.boundary.TraceRecorder``, passive): the six
 CXL.mem channels (``m2s_req``, ``m2s_rwd``, ``m2s_birsp``, ``s2m_ndr``, ``s2m_drs``,
@@ -16,7 +16,7 @@ kept too and written next to the trace (``<path>`` with ``.jsonl`` replaced by
 ``.actions.jsonl``): the input of ``sw_model.expected_trace``. ``trainingcxl compare
 trace.jsonl trace.actions.jsonl`` then checks the RTL against the golden model.
 
-Several recorders in one simulator process (one per cocotb test) write sections of the same
+Several recorders in one simulator process (one per test) write sections of the same
 file: the first one truncates it, the others append (``append`` overrides).
 
 ``cosim.tb.device.DeviceTB`` records when its bench configuration names a trace path

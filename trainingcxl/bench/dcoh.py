@@ -1,7 +1,7 @@
 """DCOH benchmark: host read latency per snoop-filter case and host requests per cycle with and
 without concurrent device reads (one Verilator build of the DCOH bench top).
 
-    python -m trainingcxl.bench.dcoh [--quick] [--out build/trainingcxl/bench/dcoh.json]
+    python -m trainingcxl.bench.dcoh [--quick] [--out build/bench/dcoh.json]
 
 Latency (exact cycles, Req handshake → MemData handshake; the bench host answers BISnps at once):
 ``cur`` (MemRd SnpCur, no SF entry), ``miss`` (free way allocated), ``hit`` (S→A upgrade),
@@ -75,7 +75,7 @@ def tables(lat_rows, tput_rows) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m trainingcxl.bench.dcoh", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size (one latency, 300 requests)")
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/trainingcxl/bench/dcoh.json"))
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/bench/dcoh.json"))
     args = ap.parse_args(argv)
     grid = QUICK if args.quick else FULL
     print(f"DCOH benchmark: PMEM latency {grid['latency']}, {grid['n']} requests per point")

@@ -1,7 +1,7 @@
 """LOOKUP throughput benchmark: media read-port utilization vs PMEM latency, pooling, dim and the
 outstanding-read limit (one Verilator build per limit).
 
-    python -m trainingcxl.bench.gather_reduce [--quick] [--out build/trainingcxl/bench/gather_reduce.json]
+    python -m trainingcxl.bench.gather_reduce [--quick] [--out build/bench/gather_reduce.json]
 
 Metrics per point (exact simulation cycles, command accepted -> completion received):
 - ``lines_per_cycle``: embedding-row lines gathered per cycle;
@@ -85,7 +85,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smoke size (one build, two points)")
     ap.add_argument("--lines", type=int, default=4000,
                     help="row lines per point (at least 12 x latency)")
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/trainingcxl/bench/gather_reduce.json"))
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/bench/gather_reduce.json"))
     args = ap.parse_args(argv)
     grid = QUICK if args.quick else FULL
     n = len(points_for(grid, args.lines)) * len(grid["max_reads"])

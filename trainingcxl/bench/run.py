@@ -1,5 +1,5 @@
 """``make bench``: every benchmark of the project, each printing a table and writing JSON under
-build/trainingcxl/bench/.
+build/bench/.
 
     trainingcxl bench [--quick]
 """

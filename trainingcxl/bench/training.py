@@ -1,7 +1,7 @@
 """Training-step benchmark on the full device: LOOKUP issue to UPDATE completion, with and without
 undo logging, exact simulation cycles (one Verilator build of the device top, default config).
 
-    python -m trainingcxl.bench.training [--quick] [--out build/trainingcxl/bench/training.json]
+    python -m trainingcxl.bench.training [--quick] [--out build/bench/training.json]
 
 Per point (table of ``rows`` rows, ``dim``, ``n_bags`` bags of ``pooling`` indices, uniform or
 Zipf-skewed; PMEM read = write latency) and per run, one batch LOOKUP, UPDATE, COMMIT:
@@ -145,7 +145,7 @@ def main(argv=None):
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="smoke size (one tiny point)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/trainingcxl/bench/training.json"))
+    ap.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/bench/training.json"))
     args = ap.parse_args(argv)
     pts = QUICK if args.quick else FULL
     print(f"training-step benchmark: {len(pts)} points x (a, b, c without gap; a, b with the "

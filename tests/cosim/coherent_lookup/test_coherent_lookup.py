@@ -12,7 +12,7 @@ command return the pooled outputs. Variants: a calm host, and an adversarial one
 channel delays and ready gaps).
 
 Pytest launcher (end of file): LOOKUP through the DCOH with a caching host that holds the lists dirty and the outputs shared
-(tests/cosim/coherent_lookup/test_coherent_lookup.py): result and memory image equal the golden model.
+(above): result and memory image equal the golden model.
 """
 import random
 

@@ -1,14 +1,10 @@
 """cocotb tests of the CSR block alone (hw/csr/regblock.py) driven by ``cosim.csr.CsrMaster``
-(cocotbext-axi's AxiLiteMaster). Run through tests/cosim/csr/test_csr.py.
+(cocotbext-axi's AxiLiteMaster).
 
 Expected values come from the register map JSON and the access rules, not from the RTL.
 
-Pytest launcher (end of file): CSR block alone under Verilator, driven by cosim.csr.CsrMaster (cocotbext-axi AxiLiteMaster).
-
-One build of ``CsrBlock`` (the project register map); the cocotb tests of ``tests.cosim.csr.test_csr``
-run in one simulator launch and the results file is checked (cosim.build.run). Not named
-test_csr.py: pytest's default import mode refuses two test modules with one basename, and
-tests/unit/test_csr.py exists.
+Pytest launcher (end of file): one build of ``CsrBlock`` (the project register map); the cocotb
+tests above run in one simulator launch and the results file is checked (cosim.build.run).
 """
 import functools
 import logging

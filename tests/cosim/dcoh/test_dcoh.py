@@ -18,8 +18,7 @@ import cocotb
 import pytest
 from cocotb.triggers import ClockCycles
 
-from cosim import build as cb
-from cosim import params
+from cosim import build as cb, params
 from cosim.cxl_host import HostKnobs
 from cosim.tb.config import BenchConfig
 from cosim.tb.dcoh import DcohTB

@@ -1,6 +1,6 @@
 """cocotb tests of the full device top (hw/top.py) against the golden model (sw_model.training).
 
-Run through tests/cosim/device/test_device.py (one Verilator build of ``DeviceConfig()``, shared with
+One launch per build (one Verilator build of ``DeviceConfig()``, shared with
 the crash campaign). Every test drives the RTL and ``TrainingDevice`` in step (cosim.tb.device)
 and compares completions (all fields but ``cycles``), the whole memory image (tables, undo-log
 slots, superblock, staging) and the error/ring/IRQ CSRs.
@@ -20,7 +20,7 @@ reach in simulation, it is covered by the model tests only) and ``MEDIA`` (the P
 never answers an error).
 
 Pytest launcher (end of file): Device-top cosim tier: the full TrainingCXL device under Verilator against the golden model
-(tests/cosim/device/test_device.py): training batches (LOOKUP+LOG, UPDATE, COMMIT, recovery) with PMEM
+(above): training batches (LOOKUP+LOG, UPDATE, COMMIT, recovery) with PMEM
 latency and AXI stall variants, every documented bad input (descriptor, doorbell, ring and CSR
 errors, partial UPDATE rolled back by recovery) and the interrupt line.
 

@@ -1,6 +1,6 @@
 """cocotb tests of LOOKUP (gather + sum-pool) against the golden model; see cosim.tb.gather.
 
-Run through tests/cosim/gather/test_gather.py (one Verilator build per configuration). Every test
+One launch per build (one Verilator build per configuration). Every test
 compares the completion and the whole memory image with the golden model.
 
 Pytest launcher (end of file): LOOKUP cosim tier: the gather-reduce device under Verilator against the golden model.

@@ -30,8 +30,7 @@ import numpy as np
 import pytest
 from cocotb.triggers import ClockCycles
 
-from cosim import build as cb
-from cosim import params
+from cosim import build as cb, params
 from cosim.tb.config import BenchConfig
 from cosim.tb.gather import GatherTB
 from cosim.trace.boundary import first_difference

@@ -34,11 +34,9 @@ from cocotbext.axi.axi_channels import (
     AxiWTransaction,
 )
 
-from cosim import build as cb
-from cosim import params
+from cosim import build as cb, params
 from cosim.pmem import PmemModel
-from cosim.streams import PayloadCodec
-from cosim.streams import StreamSink, StreamSource
+from cosim.streams import PayloadCodec, StreamSink, StreamSource
 from tests.cosim.infra.axi_passthrough import PAYLOAD, AxiPassthrough
 
 
@@ -406,14 +404,14 @@ def test_infra_benches(passthrough, seed, tmp_path):
 
 def test_filter_matching_nothing_raises(seed, tmp_path):
     """A test_filter that selects no test is an error, not a green run."""
-    with pytest.raises(cb.CosimError, match="no cocotb test ran"):
+    with pytest.raises(cb.CosimError, match="no test ran under cocotb"):
         cb.run(passthrough_build(512), __name__, test_filter="no_such_test", seed=seed,
                test_dir=tmp_path)
 
 
 def test_failing_cocotb_test_raises(seed, tmp_path):
     """A failing cocotb test makes run() raise, naming the seed and the results file."""
-    with pytest.raises(cb.CosimError, match=rf"1 of 1 cocotb tests failed.*seed {seed}"):
+    with pytest.raises(cb.CosimError, match=rf"1 of 1 tests failed under cocotb.*seed {seed}"):
         cb.run(passthrough_build(512), __name__, test_filter="test_deliberate_failure",
                seed=seed, params=InfraParams(fail=True), test_dir=tmp_path)
 

@@ -1,6 +1,6 @@
 """cocotb tests of MLP snapshots (docs/training.md section 9) on the full device against the model.
 
-Run through tests/cosim/snapshot/test_snapshot.py (the Verilator build of ``DeviceConfig()`` shared with
+One launch per build (the Verilator build of ``DeviceConfig()`` shared with
 tests/cosim/device/test_device.py). As in tests/cosim/device/test_device.py, every host action goes to the RTL and
 to ``sw_model.training.TrainingDevice`` (cosim.tb.device.DeviceTB); completions are compared
 (all fields but ``cycles``), then, once ``STATUS.SNAP_BUSY`` = 0, the whole memory image and
@@ -20,7 +20,7 @@ the model did not, and the tests assert the pattern right after the payload and 
 unchanged.
 
 Pytest launcher (end of file): MLP snapshot cosim tier: SNAPSHOT on the full TrainingCXL device under Verilator against the
-golden model (tests/cosim/snapshot/test_snapshot.py): copy over lengths x source offsets with guard bytes,
+golden model (above): copy over lengths x source offsets with guard bytes,
 background overlap with later descriptors, a second SNAPSHOT and a k = 0 COMMIT waiting for the
 one in flight, MLP_LAG refusals, BAD_EPOCH / SNAP_LENGTH / ADDR_RANGE, recovery's slot choice
 (also with a corrupted slot and after a power failure during a copy) and the section-9 CSRs.

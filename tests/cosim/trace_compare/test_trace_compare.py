@@ -16,7 +16,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import cocotb
 import numpy as np

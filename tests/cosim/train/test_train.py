@@ -15,13 +15,13 @@ import json
 import numpy as np
 import pytest
 
-from trainingcxl.train import job as train_demo
+from trainingcxl.train import job
 from sw_model.dlrm import DLRM, make_model_device, synthetic_data, train
 
 
 def _run(tmp_path, name, *args):
     out = tmp_path / name
-    rc = train_demo.main(["--eval-batches", "2", "--mlp-cycles", "200", "--quiet",
+    rc = job.main(["--eval-batches", "2", "--mlp-cycles", "200", "--quiet",
                           "--out", str(out), *args])
     rep = json.loads((out / "summary.json").read_text())
     return rc, out, rep
@@ -33,7 +33,7 @@ def test_demo_without_failures_equals_golden_model(tmp_path):
     rc, out, rep = _run(tmp_path, "nofail", "--batches", str(n), "--crashes", "0",
                         "--lag", "2", "--seed", "3")
     assert rc == 0 and rep["twin_equal"] and not rep["crashes"], rep
-    mcfg = train_demo._args(["--lag", "2"]).model
+    mcfg = job._args(["--lag", "2"]).model
     dev = make_model_device(mcfg)
     model = DLRM(mcfg)
     train(dev, model, synthetic_data(mcfg), n, mcfg)

@@ -2,7 +2,6 @@
 
     trainingcxl study [--batches N] [--failures F] [--seeds S] [--lags 0,1,8,64]
                              [--out build/study]
-    (also: trainingcxl study ...)
 
 For every seed, one failure schedule (``failures`` points, each a global step = the number of
 batch attempts started, spread uniformly at random over the run, plus a fraction of a batch's

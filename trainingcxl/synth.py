@@ -1,7 +1,7 @@
 """FPGA synthesis, place and route of the synthesis harness; Fmax and utilization report.
 
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
-                            [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
+                      [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
 
 Phases (each printed with its elapsed time):
 

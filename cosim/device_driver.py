@@ -80,7 +80,7 @@ class DeviceDriver:
         self.ring_size = 0
         self.tail = 0
         self.cycles_waited = 0
-        self.actions = None      # cosim.action_log.ActionLog while a trace is recorded
+        self.actions = None      # cosim.trace.action_log.ActionLog while a trace is recorded
         # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
         # recover, configure
         self.phase_cycles: dict[str, int] = {}

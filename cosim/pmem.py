@@ -1,6 +1,6 @@
 """PMEM model: an AXI4 slave with fixed read/write latency, built on cocotbext-axi's channels.
 
-Usage (inside a cocotb test)::
+Usage (inside a test running under cocotb)::
 
     pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100, write_latency=100)
 
@@ -20,7 +20,7 @@ when rising edge *e* sampled them):
 * Read: with AR handshake at edge *a*, the first R beat of the burst is driven at edge
   ``a + read_latency`` (RVALID high from just after that edge), so with RREADY high it
   handshakes at edge ``a + read_latency + 1``: handshake to handshake is ``read_latency + 1``
-  edges, a constant offset of +1 (measured by ``cosim.tb_infra.test_latency_exact``). Later
+  edges, a constant offset of +1 (measured by ``tests.cosim.infra.test_infra.test_latency_exact``). Later
   beats follow one per cycle; bursts return in AR order, one beat per cycle at peak.
   RID = ARID, RRESP = OKAY. A read returns ``mem`` as it was at its AR handshake.
 * Write: the burst's data is applied to ``mem`` at the later of its AW handshake and its last W

@@ -2,7 +2,7 @@
 docs/training.md section 4 with ``grads_addr`` as the data buffer)."""
 from amaranth.hdl import Signal
 
-from .encodings import LookupError_
+from .encodings import LookupErrorCode
 
 __all__ = ["command_checks"]
 
@@ -36,7 +36,7 @@ def command_checks(m, cfg, c, data_addr, *, err_width):
     table_end = c.table_base + (c.table_rows << row_shift)
     off_end = c.offsets_addr + ((c.n_bags + 1) << 2)
     data_end = data_addr + (c.n_bags << row_shift)
-    E = LookupError_
+    E = LookupErrorCode
     checks = [
         (~dim_ok, E.BAD_DIM, c.dim),
         (c.table_base[:6] != 0, E.ALIGN, c.table_base),

@@ -154,7 +154,7 @@ CONFIGS = {
     # Simulation and benches: the default (512-bit media port, 256 reads/writes outstanding,
     # which covers a PMEM read latency of 256 cycles at one line per cycle).
     "sim": DEFAULT,
-    # FPGA prototype on a Lattice LFE5UM5G-85F (python -m hw.fpga.synth). Only the media port
+    # FPGA prototype on a Lattice LFE5UM5G-85F (trainingcxl synth). Only the media port
     # and the outstanding limits change; LOOKUP semantics (acc_bits, so max_bag, and the memory
     # map) stay those of the default, so the same golden model and tests apply.
     # - media_data_bits=128: the native port width of a DDR3 x16 controller at 4:1 on ECP5

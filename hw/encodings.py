@@ -5,7 +5,7 @@ Only numbers and field lists live here; each side implements its own semantics.
 import enum
 
 
-class LookupError_(enum.IntEnum):
+class LookupErrorCode(enum.IntEnum):
     """Error codes in a LOOKUP completion (``err_code``). Checked in this order (docs/lookup.md)."""
     OK = 0
     BAD_DIM = 1          # dim not in 16/32/64/128; value = dim
@@ -31,9 +31,9 @@ LOOKUP_CMD_FIELDS = (
 
 LOOKUP_CPL_FIELDS = (
     ("tag", 16),
-    ("err_code", 4),       # LookupError_
+    ("err_code", 4),       # LookupErrorCode
     ("err_bag", 32),       # bag of the error (0 for command-level errors)
-    ("err_value", 64),     # offending value (see LookupError_)
+    ("err_value", 64),     # offending value (see LookupErrorCode)
     ("rows", 32),          # rows summed into bags that were written
     ("sat", 32),           # output lanes that saturated on write-out
     ("out_lines", 32),     # 64 B output lines written
@@ -49,7 +49,7 @@ def widths(fields, addr_bits):
 # (docs/training.md is the contract; these are only the numbers and byte layouts)
 
 class DeviceError(enum.IntEnum):
-    """Status of a completion record and the ``ERR_CODE`` CSR. 0..7 are ``LookupError_``'s codes
+    """Status of a completion record and the ``ERR_CODE`` CSR. 0..7 are ``LookupErrorCode``'s codes
     with the same meaning (UPDATE reuses them); the rest are docs/training.md section 6."""
     OK = 0
     BAD_DIM = 1

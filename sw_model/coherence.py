@@ -12,7 +12,7 @@ Contents:
   boundary; checks rules 1, 2, 3, 5 and 7 of architecture 5.3 from boundary traffic.
 - ``LineValueChecker``: "every read returns the last value written to the line", with
   concurrency expressed by time intervals.
-- ``Violation``: the exception every checker raises (an ``AssertionError``).
+- ``CoherenceViolation``: the exception every checker raises (an ``AssertionError``).
 
 Times are integer cycles throughout; ``line`` is a line address (byte address >> 6).
 """
@@ -25,14 +25,14 @@ from hw.cxl_encodings import (M2S_REQ_FIELDS, M2S_RWD_FIELDS, BIRspOpcode, BISnp
                               DcohError, DRSOpcode, MetaField, MetaValue, NDROpcode, ReqOpcode,
                               RwDOpcode, SnpType)
 
-__all__ = ["Answer", "Violation", "HostPermission", "LineValueChecker", "NXM_DATA",
+__all__ = ["Answer", "CoherenceViolation", "HostPermission", "LineValueChecker", "NXM_DATA",
            "expected_req", "expected_rwd", "host_region", "birsp_allowed", "sf_after_birsp"]
 
 # Data of a DRS MemData-NXM (always sent with poison 1)
 NXM_DATA = b"\xff" * LINE_BYTES
 
 
-class Violation(AssertionError):
+class CoherenceViolation(AssertionError):
     """A coherence or data-value rule was broken by what the device did.
 
     ``rule`` names the broken rule ("value", "rule 1", ...), ``line`` is the line address,
@@ -318,7 +318,7 @@ class HostPermission:
     ``birsp`` I / S / E (Blk alike) to an outstanding tag at most I / S / E (a BIRsp never upgrades)
     ===================================================  ==========================================
 
-    Checks (each raises ``Violation``, or with ``raise_on_violation=False`` appends it to
+    Checks (each raises ``CoherenceViolation``, or with ``raise_on_violation=False`` appends it to
     ``violations`` and returns it):
 
     - rule 1, ``check_host(line, state)``: the host model's real state (I/S/E/M) is at most the
@@ -346,7 +346,7 @@ class HostPermission:
     def __init__(self, cfg: DeviceConfig | None = None, *, raise_on_violation: bool = True):
         self.cfg = cfg
         self.raise_on_violation = raise_on_violation
-        self.violations: list[Violation] = []
+        self.violations: list[CoherenceViolation] = []
         self._perm: dict[int, str] = {}          # line -> "S" | "E"; absent = "I"
         self._reqs: dict[int, list[int]] = {}     # line -> accept cycles of outstanding Reqs
         self._tags: dict[int, tuple] = {}         # bi_tag -> (line, bisnp opcode, cycle sent)
@@ -364,7 +364,7 @@ class HostPermission:
         return self._snooped.get(line)
 
     def _fail(self, rule, line, msg, who=None, times=None):
-        v = Violation(rule, line, msg, who=who, times=times)
+        v = CoherenceViolation(rule, line, msg, who=who, times=times)
         if self.raise_on_violation:
             raise v
         self.violations.append(v)
@@ -598,7 +598,7 @@ class LineValueChecker:
     the media holds), only labelled. A write the DCOH drops (``POISON_FULL``, refused, NXM,
     illegal) must not be reported.
 
-    ``read`` returns None when explained; otherwise it raises ``Violation`` (or, with
+    ``read`` returns None when explained; otherwise it raises ``CoherenceViolation`` (or, with
     ``raise_on_violation=False``, returns it and appends it to ``violations``). The message has
     the line address, who, the interval, a hexdump of the data with unexplained bytes marked
     and the allowed candidates (value and source) of each unexplained byte.
@@ -619,7 +619,7 @@ class LineValueChecker:
         self.max_age = max_age
         self.raise_on_violation = raise_on_violation
         self.horizon = -_INF
-        self.violations: list[Violation] = []
+        self.violations: list[CoherenceViolation] = []
         self.stats = {"reads": 0, "writes": 0, "poisoned_reads": 0, "poisoned_writes": 0,
                       "violations": 0, "pruned": 0}
         self._lines: dict[int, _Line] = {}
@@ -792,7 +792,7 @@ class LineValueChecker:
     def read(self, line: int, data, t_start: int, t_end: int, who: str = "?",
              poison: bool = False):
         """Check a read of ``line`` that returned ``data`` (64 bytes), sampled somewhere in
-        ``[t_start, t_end]``. Returns None if explained, else raises (or returns) ``Violation``."""
+        ``[t_start, t_end]``. Returns None if explained, else raises (or returns) ``CoherenceViolation``."""
         if t_end < t_start:
             raise ValueError(f"read: t_end {t_end} < t_start {t_start}")
         if t_start < self.horizon:
@@ -816,7 +816,7 @@ class LineValueChecker:
         if ok == _FULL:
             return None
         self.stats["violations"] += 1
-        v = Violation("value", line, self._describe(line, data, t_start, t_end, ok), who=who,
+        v = CoherenceViolation("value", line, self._describe(line, data, t_start, t_end, ok), who=who,
                       times=(t_start, t_end))
         if self.raise_on_violation:
             raise v

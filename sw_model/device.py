@@ -4,7 +4,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from hw.config import DeviceConfig, ELEMS_PER_LINE, LINE_BYTES, SUPPORTED_DIMS
-from hw.encodings import LOOKUP_CMD_FIELDS, LOOKUP_CPL_FIELDS, LookupError_, widths
+from hw.encodings import LOOKUP_CMD_FIELDS, LOOKUP_CPL_FIELDS, LookupErrorCode, widths
 from .fixedpoint import saturate32
 from .memory import MemoryImage
 
@@ -38,7 +38,7 @@ class LookupCompletion:
 
     @property
     def ok(self) -> bool:
-        return self.err_code == LookupError_.OK
+        return self.err_code == LookupErrorCode.OK
 
     def mismatches(self, other: "LookupCompletion") -> list[str]:
         """Fields (except ``cycles``) that differ, as ``"name: self != other"`` strings."""
@@ -76,16 +76,16 @@ class DeviceModel:
         table_rows = int(cmd.table_rows)
 
         def cpl(code, value=0, bag=0, rows=0, sat=0, out_lines=0):
-            return LookupCompletion(tag=tag, err_code=LookupError_(code), err_bag=int(bag),
+            return LookupCompletion(tag=tag, err_code=LookupErrorCode(code), err_bag=int(bag),
                                     err_value=int(value), rows=int(rows), sat=int(sat),
                                     out_lines=int(out_lines))
 
         # 1-3: command-level checks; nothing is read or written on failure.
         if dim not in SUPPORTED_DIMS:
-            return cpl(LookupError_.BAD_DIM, dim)
+            return cpl(LookupErrorCode.BAD_DIM, dim)
         for addr, align in ((tbase, LINE_BYTES), (out, LINE_BYTES), (oaddr, 4), (iaddr, 4)):
             if addr % align:
-                return cpl(LookupError_.ALIGN, addr)
+                return cpl(LookupErrorCode.ALIGN, addr)
         row_bytes = dim * 4
         t0, t1 = cfg.table_base, cfg.table_base + cfg.table_size
         s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
@@ -93,9 +93,9 @@ class DeviceModel:
                                      (oaddr, 4 * (n + 1), s0, s1),
                                      (out, n * row_bytes, s0, s1)):
             if not (r0 <= base and base + length <= r1):
-                return cpl(LookupError_.ADDR_RANGE, base)
+                return cpl(LookupErrorCode.ADDR_RANGE, base)
         if not (s0 <= iaddr <= s1):
-            return cpl(LookupError_.ADDR_RANGE, iaddr)
+            return cpl(LookupErrorCode.ADDR_RANGE, iaddr)
 
         # 4-6: per-bag offset checks, vectorized (int64 is exact: addresses < 2^52, 4*e < 2^34).
         off = mem.read_u32(oaddr, n + 1).astype(np.int64)
@@ -110,17 +110,17 @@ class DeviceModel:
         if bad_idx.size:
             p = int(bad_idx[0])
             w = int(np.searchsorted(e[:k], off[0] + p, side="right"))
-            err = (LookupError_.INDEX_RANGE, int(idx[p]))
+            err = (LookupErrorCode.INDEX_RANGE, int(idx[p]))
         elif k < n:
             w = k
             if e[k] < s[k]:
-                err = (LookupError_.OFFSETS_ORDER, int(e[k]))
+                err = (LookupErrorCode.OFFSETS_ORDER, int(e[k]))
             elif e[k] - s[k] > cfg.max_bag:
-                err = (LookupError_.BAG_TOO_LONG, int(e[k] - s[k]))
+                err = (LookupErrorCode.BAG_TOO_LONG, int(e[k] - s[k]))
             else:
-                err = (LookupError_.ADDR_RANGE, iaddr + 4 * int(e[k]))
+                err = (LookupErrorCode.ADDR_RANGE, iaddr + 4 * int(e[k]))
         else:
-            w, err = n, (LookupError_.OK, 0)
+            w, err = n, (LookupErrorCode.OK, 0)
 
         # Pool and write bags 0..w-1.
         n_rows = int(off[w] - off[0])

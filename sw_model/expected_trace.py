@@ -1,6 +1,6 @@
 """Expected semantic trace of a full-device run, from the host's actions and the golden model.
 
-Input: the host-level action log of a run (``cosim.action_log`` writes it; JSON lines, schema in
+Input: the host-level action log of a run (``cosim.trace.action_log`` writes it; JSON lines, schema in
 docs/traces.md): CSR writes/reads as the host issued them (with the response the host got,
 used only to find synchronisation points, see below), backdoor writes of host data ("pokes"),
 media images loaded during reset ("load"), completed host CXL.mem transactions (request fields
@@ -35,11 +35,12 @@ import json
 from pathlib import Path
 
 from hw.config import DeviceConfig
+from hw.csr.regmap import regmap_document
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, N_TABLES, SB_FIELDS, DescKind, DeviceError,
                           unpack_fields)
 from .coherence import NXM_DATA, expected_req, expected_rwd
 from .memory import MemoryImage
-from .training import REGMAP_JSON, TrainingDevice
+from .training import TrainingDevice
 
 __all__ = ["SEMANTIC", "ACTIONS", "RAW", "COVERS", "LineOverlay", "RegMap", "expected_events",
            "commit_image_regions",
@@ -146,10 +147,11 @@ def commit_image_regions(cfg: DeviceConfig) -> tuple[list, list]:
 
 
 class RegMap:
-    """hw/csr/regmap.json read as data: names, offsets, access, fields."""
+    """The generated register map (``hw.csr.regmap.regmap_document``) read as data: names,
+    offsets, access, fields. ``path``: a regmap.json to read instead."""
 
-    def __init__(self, path=REGMAP_JSON):
-        doc = json.loads(Path(path).read_text())
+    def __init__(self, path=None):
+        doc = regmap_document() if path is None else json.loads(Path(path).read_text())
         self.regs = {r["name"]: r for r in doc["registers"]}
         self.by_off = {r["offset"]: r for r in doc["registers"]}
         self.off = {r["name"]: r["offset"] for r in doc["registers"]}

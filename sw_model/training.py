@@ -99,6 +99,7 @@ from pathlib import Path
 import numpy as np
 
 from hw.config import DeviceConfig, ELEMS_PER_LINE, LINE_BYTES, SUPPORTED_DIMS
+from hw.csr.regmap import regmap_document
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG,
                           FLAG_NOLOG, LOG_HDR_FIELDS, LOG_MAGIC, LOG_SLOT_BYTES, N_TABLES,
                           SB_FIELDS, SB_MAGIC, SB_VERSION, SNAP_HDR_FIELDS, SNAP_MAGIC,
@@ -110,20 +111,19 @@ from .memory import MemoryImage
 E = DeviceError
 
 # CSR byte addresses used as ``err_value`` of CSR_BUSY, read from the generated register map
-# (hw/csr/regmap.json, a shared encoding like hw/encodings.py; read as data, hw.csr is not
-# imported).
-REGMAP_JSON = Path(__file__).resolve().parent.parent / "hw" / "csr" / "regmap.json"
+# (hw.csr.regmap: a shared encoding like hw/encodings.py, read as data; it imports no Amaranth).
 CSR_NAMES = ("CONTROL", "CMD_BASE_LO", "CMD_BASE_HI", "CMD_SIZE", "CPL_BASE_LO", "CPL_BASE_HI",
              "MLP_EPOCH_LO", "MLP_EPOCH_HI", "MLP_SLOT", "MLP_LAG")
 RING_CSRS = CSR_NAMES[1:6]            # the order configure_ring writes them
 MLP_LAG_RESET = 0xFFFFFFFF            # MLP_LAG CSR reset value: no bound
 
 
-def _load_csr_addr(path=REGMAP_JSON) -> dict:
-    regs = {r["name"]: int(r["offset"]) for r in json.loads(Path(path).read_text())["registers"]}
+def _load_csr_addr(path=None) -> dict:
+    doc = regmap_document() if path is None else json.loads(Path(path).read_text())
+    regs = {r["name"]: int(r["offset"]) for r in doc["registers"]}
     missing = [n for n in CSR_NAMES if n not in regs]
     if missing:
-        raise KeyError(f"{path}: registers {missing} missing")
+        raise KeyError(f"{path or 'hw.csr regmap.json'}: registers {missing} missing")
     return {n: regs[n] for n in CSR_NAMES}
 
 

@@ -1,4 +1,6 @@
-"""Shared pytest options: ``--seed`` (or ``TCXL_SEED``) and ``--waves`` (sets ``WAVES=1``)."""
+"""Shared pytest options: ``--seed`` (or ``TCXL_SEED``, the one environment variable the suite reads:
+the default seed), ``--waves`` (sets ``WAVES=1``) and ``--require-icarus`` (the Icarus
+cross-check fails instead of skipping when ``iverilog`` is missing; ``make test-icarus``)."""
 import os
 
 import pytest
@@ -11,6 +13,8 @@ def pytest_addoption(parser):
                      help=f"seed for randomized tests (default: $TCXL_SEED or {DEFAULT_SEED})")
     parser.addoption("--waves", action="store_true",
                      help="build simulators with tracing and write dump.vcd (same as WAVES=1)")
+    parser.addoption("--require-icarus", action="store_true",
+                     help="fail, rather than skip, the Icarus cross-check when iverilog is missing")
 
 
 def _seed(config) -> int:

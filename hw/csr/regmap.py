@@ -7,6 +7,12 @@ the RDL cannot promise behaviour the hardware lacks. ``default_regmap()`` is the
 (``hw/csr/trainingcxl.rdl``), compiled once per process. ``RegMap.to_json()`` /
 ``RegMap.from_json()`` round-trip the description written to ``hw/csr/regmap.json``.
 
+This module is the one loader of the register map: both files are package data of ``hw.csr``,
+read through :mod:`importlib.resources` (so a wheel install works), and
+:func:`regmap_document` / :func:`packaged_regmap` give the generated JSON to everyone who reads
+the map as data (``cosim.csr``, ``sw_model``). It imports neither Amaranth nor (until an RDL is
+compiled) systemrdl, so the golden model may use it as a shared encoding.
+
 Field kinds (``Field.kind``):
 
 - ``const``:   sw=r, hw=na. Reads return the reset value.
@@ -26,11 +32,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 
-__all__ = ["Field", "Register", "RegMap", "RDL_PATH", "default_regmap"]
+__all__ = ["Field", "Register", "RegMap", "RDL_PATH", "default_regmap", "packaged_regmap",
+           "regmap_document"]
 
-RDL_PATH = Path(__file__).resolve().parent / "trainingcxl.rdl"
+_PACKAGE = resources.files(__package__)          # hw.csr: the RDL and the generated JSON
+# A regular file in a checkout and in an installed wheel (systemrdl compiles from a path).
+RDL_PATH = Path(str(_PACKAGE / "trainingcxl.rdl"))
 REGWIDTH = 32
 
 # Field properties the block implements; any other explicitly set property is refused.
@@ -273,6 +283,19 @@ def _field(f, reg_name: str, reg_path: str) -> Field:
              "<port>_we is high)")
         need(not (fld.we and fld.hwset), "we and hwset on one field is not supported")
     return fld
+
+
+def regmap_document() -> dict:
+    """The generated ``regmap.json`` (package data of ``hw.csr``) as parsed JSON: ``name``,
+    ``space_bytes``, ``registers`` (each with ``name``, ``offset``, ``fields``...). A fresh copy
+    per call."""
+    return json.loads((_PACKAGE / "regmap.json").read_text())
+
+
+@lru_cache(maxsize=1)
+def packaged_regmap() -> RegMap:
+    """:class:`RegMap` of the generated ``regmap.json`` (no SystemRDL compile)."""
+    return RegMap.from_json((_PACKAGE / "regmap.json").read_text())
 
 
 @lru_cache(maxsize=1)

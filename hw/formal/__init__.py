@@ -1,6 +1,6 @@
 """Formal verification of the DCOH (docs/coherence.md, architecture 5.3) with SymbiYosys.
 
-- :mod:`.run`: ``python -m hw.formal.run`` (``make formal``): RTLIL, ``.sby`` files,
+- :mod:`.run`: ``python -m trainingcxl.formal`` (``make formal``): RTLIL, ``.sby`` files,
   ``yowasp-sby`` runs (BMC, k-induction, cover), a result table, counterexample summaries and
   ``build/formal/report.json``.
 - :mod:`.harness`: the DCOH under an abstract CXL.mem host, an abstract media responder and

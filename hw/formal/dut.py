@@ -7,7 +7,7 @@ DCOH's internal state (k-induction needs them) without any hook in the RTL:
 - Storage the proof must talk about is built from register models (:mod:`.models`): every
   ``SyncFIFOBuffered`` of the DCOH becomes a :class:`~.models.RegFIFO` and the ``Memory`` of the
   snoop filter and of the write-bucket counters a :class:`~.models.RegMemory` (patched into the
-  RTL modules' namespaces only while the DCOH elaborates; ``python -m hw.formal.run --design
+  RTL modules' namespaces only while the DCOH elaborates; ``python -m trainingcxl.formal --design
   models`` checks each model against the library original).
 - :class:`Internals` gives the elaborated DCOH's submodules, FIFO entries, memory rows and any
   named signal of its fragment tree (``pk_valid``, ``trk/line0``, ...). A name the RTL no longer

@@ -53,7 +53,7 @@ output streams keep valid and payload stable until ready, and the DCOH's own in-
 assertions. ``helper.*`` assertions are invariants over harness and DCOH state that make
 k-induction go through (each is proved too; none is assumed).
 
-Broken variants (:data:`BROKEN`, ``python -m hw.formal.run --broken NAME``) swap a submodule of
+Broken variants (:data:`BROKEN`, ``python -m trainingcxl.formal --broken NAME``) swap a submodule of
 the DCOH for a faulty one while it elaborates (the RTL is not touched); each must give a
 counterexample.
 """
@@ -632,7 +632,7 @@ TRACE = ["obs_idx", "obs_line", "h_state", "t_sf_state", "t_bisnp_pending", "t_s
 
 
 def build(broken=None, **_):
-    """The design for :mod:`hw.formal.run`."""
+    """The design for :mod:`trainingcxl.formal`."""
     cfg = reduced_config()
     # A broken variant runs without the helper invariants, so its counterexample is against a
     # property itself (and not an invariant that merely notices the bug first).

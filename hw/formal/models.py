@@ -14,7 +14,7 @@ invariants lib.fifo adds under ``platform="formal"``, but with the inner entries
 read ports and one synchronous write port, as the snoop filter and the write-bucket counters use
 it: ``rows`` are registers (initial value as ``init``, zeros by default, as the memory's).
 
-:class:`ModelMiter` (``python -m hw.formal.run --design models``) drives each model and the
+:class:`ModelMiter` (``python -m trainingcxl.formal --design models``) drives each model and the
 library original alike and checks that their outputs agree, cycle for cycle (bounded: BMC to
 depth 20 from reset; the library's memory contents cannot be named, so not by induction).
 """

@@ -56,7 +56,7 @@ class Toy(Elaboratable):
 
 
 def build(broken=None, **_):
-    """The design for :mod:`hw.formal.run`: top, top name, property registry, signals to show in
+    """The design for :mod:`trainingcxl.formal`: top, top name, property registry, signals to show in
     counterexample summaries."""
     top = Toy(broken)
     return {"top": top, "name": "formal_toy", "props": top.props,

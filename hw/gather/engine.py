@@ -24,7 +24,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
-from ..encodings import LookupError_
+from ..encodings import LookupErrorCode
 from ..port_mux import RequestPortMux
 from ..cmd_checks import command_checks
 from ..reqport import DeviceRequestSignature
@@ -276,7 +276,7 @@ class GatherReduce(wiring.Component):
                 m.d.sync += cycles.eq(cycles + 1)
                 with m.If(drained):
                     with m.If((err_code == 0) & media_err):
-                        m.d.sync += err_code.eq(LookupError_.MEDIA)
+                        m.d.sync += err_code.eq(LookupErrorCode.MEDIA)
                     m.next = "CPL"
             with m.State("CPL"):
                 m.d.comb += [self.busy.eq(1), self.cpl.valid.eq(1)]

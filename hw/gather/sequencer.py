@@ -12,7 +12,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..encodings import LookupError_
+from ..encodings import LookupErrorCode
 from .layouts import bag_layout, item_layout, LEN_BITS
 
 __all__ = ["BagSequencer"]
@@ -100,7 +100,7 @@ class BagSequencer(wiring.Component):
             m.d.sync += [self.err.eq(1), self.err_code.eq(entry.code),
                          self.err_value.eq(self.marker_value)]
         with m.If(active & self.indices.valid & (idx >= self.table_rows) & ~self.err):
-            m.d.sync += [self.err.eq(1), self.err_code.eq(LookupError_.INDEX_RANGE),
+            m.d.sync += [self.err.eq(1), self.err_code.eq(LookupErrorCode.INDEX_RANGE),
                          self.err_value.eq(idx)]
         m.d.comb += self.done.eq(~have & (self.bag == self.n_bags))
         return m

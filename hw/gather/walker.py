@@ -12,7 +12,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..encodings import LookupError_
+from ..encodings import LookupErrorCode
 from .layouts import bag_layout
 
 __all__ = ["OffsetsWalker"]
@@ -76,13 +76,13 @@ class OffsetsWalker(wiring.Component):
         entry = self.bags.payload
         value = Signal(64)
         with m.If(e < s):
-            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.OFFSETS_ORDER),
+            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupErrorCode.OFFSETS_ORDER),
                          value.eq(e)]
         with m.Elif((e - s) > self._max_bag):
-            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.BAG_TOO_LONG),
+            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupErrorCode.BAG_TOO_LONG),
                          value.eq(e - s)]
         with m.Elif(end_addr > self._staging_end):
-            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupError_.ADDR_RANGE),
+            m.d.comb += [entry.err.eq(1), entry.code.eq(LookupErrorCode.ADDR_RANGE),
                          value.eq(end_addr)]
         m.d.comb += entry.len.eq(e - s)
 

@@ -1,4 +1,4 @@
-"""Trace comparator (cosim/compare.py) and expected traces (sw_model/expected_trace.py), pure
+"""Trace comparator (cosim/trace/compare.py) and expected traces (sw_model/expected_trace.py), pure
 Python: a synthetic host action log runs through the golden model into the expected semantic
 trace; a "perfect device" turns that into raw boundary records (CSR AXI4-Lite, CXL.mem
 channels, AXI media writes), which the reducer must bring back to an equal semantic trace.
@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cosim.compare import compare, load_trace, main, reduce_raw
+from cosim.trace.compare import compare, load_trace, reduce_raw
+from trainingcxl.compare import main
 from hw.config import DeviceConfig
 from hw.cxl_encodings import MetaField as MF, MetaValue as MV, ReqOpcode as RQ
 from hw.cxl_encodings import RwDOpcode as RW, SnpType as ST
@@ -379,7 +380,7 @@ def test_cli(traces, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "field 'resp' differs" in out and "csr_w" in out, out
     # subprocess, as the lead's CLI would run it
-    p = subprocess.run([sys.executable, "-m", "cosim.compare", str(badf), str(expf)],
+    p = subprocess.run([sys.executable, "-m", "trainingcxl", "compare", str(badf), str(expf)],
                        capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 1 and "'resp'" in p.stdout, p
 

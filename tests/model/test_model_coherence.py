@@ -14,7 +14,7 @@ from hw.config import DeviceConfig
 from hw.cxl_encodings import (BIRspOpcode as BR, BISnpOpcode as BS, DcohError as E,
                               DRSOpcode as DRS, MetaField as MF, MetaValue as MV, NDROpcode as NDR,
                               ReqOpcode as RQ, RwDOpcode as WD, SnpType as ST)
-from sw_model.coherence import (NXM_DATA, Answer, HostPermission, LineValueChecker, Violation,
+from sw_model.coherence import (NXM_DATA, Answer, HostPermission, LineValueChecker, CoherenceViolation,
                                 birsp_allowed, expected_req, expected_rwd, host_region,
                                 sf_after_birsp)
 
@@ -466,11 +466,11 @@ def test_bisnp_tag_reuse_second_snoop_and_out_of_range_tag_are_rule7_violations(
     """A BITag in use maps to exactly one outstanding BISnp; one BISnp per line; tag < bi_tags."""
     p = HostPermission(CFG)
     p.bisnp(0x10, BS.BISNP_INV, 2, 100)
-    with pytest.raises(Violation, match=r"rule 7 violation, line 0x20.*bi_tag 2 reused"):
+    with pytest.raises(CoherenceViolation, match=r"rule 7 violation, line 0x20.*bi_tag 2 reused"):
         p.bisnp(0x20, BS.BISNP_INV, 2, 101)
-    with pytest.raises(Violation, match="second BISnp"):
+    with pytest.raises(CoherenceViolation, match="second BISnp"):
         p.bisnp(0x10, BS.BISNP_DATA, 3, 102)
-    with pytest.raises(Violation, match="outside 0..7"):
+    with pytest.raises(CoherenceViolation, match="outside 0..7"):
         p.bisnp(0x30, BS.BISNP_INV, CFG.bi_tags, 103)
     assert p.birsp(2, BR.BIRSP_I, 110) == E.NONE
     p.bisnp(0x20, BS.BISNP_INV, 2, 111)                 # free again: fine
@@ -483,7 +483,7 @@ def test_rule5_req_accepted_after_bisnp_must_wait_for_its_birsp():
     L = 0x99
     p.bisnp(L, BS.BISNP_INV, 1, 10)
     p.req(L, RQ.MEM_RD, ST.SNP_INV, MF.META0_STATE, MV.A, 10)
-    with pytest.raises(Violation, match=r"rule 5.*accepted at 10 answered \(NDR CMP_E\) at 12"):
+    with pytest.raises(CoherenceViolation, match=r"rule 5.*accepted at 10 answered \(NDR CMP_E\) at 12"):
         p.response(L, 12, ndr=NDR.CMP_E)
     q = HostPermission(CFG, raise_on_violation=False)      # collected once per Req
     q.bisnp(L, BS.BISNP_INV, 1, 10)
@@ -516,18 +516,18 @@ def test_device_access_rules_2_and_3():
     p.req(L, RQ.MEM_RD, ST.SNP_DATA, MF.META0_STATE, MV.S, 1)
     p.response(L, 2, ndr=NDR.CMP_S)
     p.device_access(L, False, 3)
-    with pytest.raises(Violation, match="rule 2.*device write while the host may hold S"):
+    with pytest.raises(CoherenceViolation, match="rule 2.*device write while the host may hold S"):
         p.device_access(L, True, 4, who="engine3")
     p.req(L, RQ.MEM_INV, ST.SNP_INV, MF.META0_STATE, MV.A, 5)
     p.response(L, 6, ndr=NDR.CMP_E)
-    with pytest.raises(Violation, match="rule 3"):
+    with pytest.raises(CoherenceViolation, match="rule 3"):
         p.device_access(L, False, 7)
     p.bisnp(L, BS.BISNP_CUR, 0, 8)
     p.birsp(0, BR.BIRSP_E, 9)
     p.device_access(L, False, 10)                      # after BISnpCur completed
     p.req(L, RQ.MEM_RD, ST.SNP_INV, MF.META0_STATE, MV.A, 11)
     p.response(L, 12, ndr=NDR.CMP_E)                   # new grant ends that
-    with pytest.raises(Violation, match="rule 3"):
+    with pytest.raises(CoherenceViolation, match="rule 3"):
         p.device_access(L, False, 13)
 
 
@@ -538,11 +538,11 @@ def test_rule1_checks_host_state_and_snoop_filter_and_can_collect_instead_of_rai
     L = 0x123
     assert p.check_host(L, "I") is None and p.check_sf(L, "I") is None
     v = p.check_host(L, "S", t=5)
-    assert isinstance(v, Violation) and "line 0x123" in str(v) and "host holds S" in str(v)
+    assert isinstance(v, CoherenceViolation) and "line 0x123" in str(v) and "host holds S" in str(v)
     p.req(L, RQ.MEM_RD_DATA, ST.SNP_DATA, MF.NO_OP, MV.I, 6)
     p.response(L, 9, ndr=NDR.CMP_E)
     assert p.check_host(L, "M") is None and p.check_sf(L, "A") is None
-    assert isinstance(p.check_sf(L, "S"), Violation)
+    assert isinstance(p.check_sf(L, "S"), CoherenceViolation)
     assert len(p.violations) == 2 and all(v.rule == "rule 1" for v in p.violations)
 
 
@@ -560,7 +560,7 @@ def test_stale_value_rejected_after_a_completed_write():
     c.write(5, fill(1), ALL, 10, 20, who="host")
     assert c.read(5, fill(1), 21, 30) is None
     assert c.read(5, fill(0), 5, 9) is None               # before the write: initial
-    with pytest.raises(Violation) as ei:
+    with pytest.raises(CoherenceViolation) as ei:
         c.read(5, fill(0), 21, 30, who="dev7")
     msg = str(ei.value)
     assert "line 0x5 " in msg and "dev7" in msg and "t=21/30" in msg and "64 unexplained" in msg
@@ -574,7 +574,7 @@ def test_concurrent_write_accepted_either_way():
     c.write(1, fill(2), ALL, 10, 20)
     for t0, t1 in ((8, 10), (15, 15), (20, 30), (12, 25)):
         assert c.read(1, fill(1), t0, t1) is None and c.read(1, fill(2), t0, t1) is None
-    with pytest.raises(Violation):
+    with pytest.raises(CoherenceViolation):
         c.read(1, fill(0), 8, 10)                          # initial is gone: write 1 completed
     c.write(2, fill(3), ALL, 10, 20)
     assert c.read(2, fill(0), 0, 10) is None and c.read(2, fill(3), 0, 10) is None
@@ -586,18 +586,18 @@ def test_superseded_write_rejected_but_unordered_completed_writes_both_allowed()
     c = LineValueChecker()
     c.write(9, fill(1), ALL, 0, 5)
     c.write(9, fill(2), ALL, 6, 8)
-    with pytest.raises(Violation, match="allowed 0x02"):
+    with pytest.raises(CoherenceViolation, match="allowed 0x02"):
         c.read(9, fill(1), 9, 9)
     assert c.read(9, fill(1), 8, 9) is None               # w2 not complete before the read
     c.write(9, fill(3), ALL, 10, 20)
     c.write(9, fill(4), ALL, 15, 25)
     assert c.read(9, fill(3), 30, 31) is None and c.read(9, fill(4), 30, 31) is None
-    with pytest.raises(Violation):
+    with pytest.raises(CoherenceViolation):
         c.read(9, fill(2), 30, 31)
     c.write(9, fill(5), ALL, 32, 33)
     assert c.read(9, fill(5), 34, 35) is None
     for v in (3, 4):
-        with pytest.raises(Violation):
+        with pytest.raises(CoherenceViolation):
             c.read(9, fill(v), 34, 35)
 
 
@@ -618,13 +618,13 @@ def test_partial_writes_checked_per_byte():
     want[0:2] = b"\xdd\xdd"                                   # bytes 0, 1 settled to 0xDD
     bad = bytearray(want)
     bad[10] = 0xAA
-    with pytest.raises(Violation) as ei:
+    with pytest.raises(CoherenceViolation) as ei:
         c.read(3, bytes(bad), 10, 10)
     msg = str(ei.value)
     assert "1 unexplained" in msg and "byte +0a: got 0xaa, allowed 0xcc" in msg
     bad = bytearray(want)
     bad[20] = 0
-    with pytest.raises(Violation, match=r"byte \+14: got 0x00, allowed 0x14 \(initial\)"):
+    with pytest.raises(CoherenceViolation, match=r"byte \+14: got 0x00, allowed 0x14 \(initial\)"):
         c.read(3, bytes(bad), 10, 10)
 
 
@@ -636,7 +636,7 @@ def test_host_store_and_local_load_are_point_intervals():
     assert c.read(4, fill(0), 100, 100, who="cpu load") is None
     assert c.read(4, fill(7), 100, 100) is None
     assert c.read(4, fill(7), 101, 101) is None
-    with pytest.raises(Violation):
+    with pytest.raises(CoherenceViolation):
         c.read(4, fill(0), 101, 101, who="cpu load")
 
 
@@ -652,7 +652,7 @@ def test_out_of_order_write_reports_and_write_begin_end():
     assert c.read(6, fill(3), 60, 60) is None and c.read(6, fill(2), 60, 60) is None
     c.write_end(h, 70)
     assert c.read(6, fill(3), 71, 71) is None
-    with pytest.raises(Violation):
+    with pytest.raises(CoherenceViolation):
         c.read(6, fill(2), 71, 71)
     with pytest.raises(ValueError, match="unknown or already ended"):
         c.write_end(h, 80)
@@ -685,12 +685,12 @@ def test_reporting_contract_violations_raise_valueerror():
 
 def test_poisoned_reads_are_counted_not_checked_and_violations_can_be_collected():
     """Poison is not a value: poisoned reads are skipped and counted; with
-    raise_on_violation=False a failing read returns its Violation and keeps going."""
+    raise_on_violation=False a failing read returns its CoherenceViolation and keeps going."""
     c = LineValueChecker(raise_on_violation=False)
     c.write(2, fill(9), ALL, 0, 1, poison=True)
     assert c.read(2, NXM_DATA, 5, 6, poison=True) is None
     v = c.read(2, fill(8), 5, 6, who="host")
-    assert isinstance(v, Violation) and v.rule == "value" and v.line == 2 and v.times == (5, 6)
+    assert isinstance(v, CoherenceViolation) and v.rule == "value" and v.line == 2 and v.times == (5, 6)
     assert "poisoned" in str(v)
     assert c.stats["poisoned_reads"] == 1 and c.stats["poisoned_writes"] == 1
     assert c.stats["violations"] == 1 and c.violations == [v]
@@ -705,7 +705,7 @@ def test_max_age_moves_the_horizon_and_prunes_superseded_history():
     assert c.stats["pruned"] > 80 and len(c._lines[0].writes) < 20     # bounded by the window
     assert c.read(0, fill(98), 199, 200) is None        # overlaps write 99 [198, 199]
     assert c.read(0, fill(99), 200, 201) is None
-    with pytest.raises(Violation):
+    with pytest.raises(CoherenceViolation):
         c.read(0, fill(98), 200, 201)
     with pytest.raises(ValueError, match="horizon"):
         c.read(0, fill(98), 100, 200)
@@ -776,7 +776,7 @@ def test_randomized_single_reads_agree_with_brute_force_linearization_oracle(see
         if len(sets[b]) < 256:
             bad = bytearray(good)
             bad[b] = rng.choice([v for v in range(5) if v not in sets[b]])
-            with pytest.raises(Violation, match=rf"byte \+{b:02x}: got"):
+            with pytest.raises(CoherenceViolation, match=rf"byte \+{b:02x}: got"):
                 c.read(0x77, bytes(bad), rs, re)
 
 
@@ -833,7 +833,7 @@ def test_randomized_pruned_histories_with_late_reports_agree_with_oracle(seed, m
                 b = rng.randrange(64)
                 bad = bytearray(good)
                 bad[b] = rng.choice([v for v in range(5) if v not in sets[b]])
-                with pytest.raises(Violation):
+                with pytest.raises(CoherenceViolation):
                     c.read(0, bytes(bad), rs, re)
 
 
@@ -898,7 +898,7 @@ def test_stress_correct_memory_never_flagged_and_injected_errors_always_caught(s
             b = rng.randrange(64)
             bad = bytearray(data)
             bad[b] = next(v for v in range(256) if v not in cands[b])
-            with pytest.raises(Violation, match=rf"byte \+{b:02x}: got"):
+            with pytest.raises(CoherenceViolation, match=rf"byte \+{b:02x}: got"):
                 c.read(line, bytes(bad), rs, re)
             caught += 1
         c.read(line, data, rs, re)

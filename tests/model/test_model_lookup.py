@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from hw.config import DeviceConfig
-from hw.encodings import LOOKUP_CMD_FIELDS, LOOKUP_CPL_FIELDS, LookupError_ as E
+from hw.encodings import LOOKUP_CMD_FIELDS, LOOKUP_CPL_FIELDS, LookupErrorCode as E
 from sw_model import device
 from sw_model.device import DeviceModel, LookupCmd, LookupCompletion
 from sw_model.memory import MemoryImage

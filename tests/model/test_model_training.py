@@ -787,7 +787,7 @@ def test_descriptor_errors_leave_state_intact(seed):
 def test_width_checks_before_engine_checks(seed):
     """Section 2: DIM >= 2^16 (BAD_DIM), then table base, offsets, indices, data >= 2^addr_bits
     (ADDR_RANGE, value = that address) before the engine's lookup.md / section 4 checks. The
-    cases are those of cosim/device_tests.py device_width_checks; expectations are read off the
+    cases are those of tests/cosim/device/test_device.py device_width_checks; expectations are read off the
     contract text, not the model."""
     rig = Rig(seed, shapes=((32, 16),))
     dev = rig.dev

@@ -3,7 +3,7 @@ reads a sample store for several epochs, on the golden model (the reference runs
 the RTL run builds the same data path from the same spec)."""
 import json
 
-from cosim.train_demo import _args, reference_runs
+from trainingcxl.train.job import _args, reference_runs
 from sw_model.clicklog import ClickData, ClickLogGenerator
 from trainingcxl.shade import job as shade_job
 

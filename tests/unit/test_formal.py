@@ -17,7 +17,7 @@ import pathlib
 
 import pytest
 
-from hw.formal import run
+from trainingcxl import formal as run
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """FPGA flow, fast parts only: the synthesis harness elaborates, converts and keeps the device
-alive for every FPGA configuration; `python -m hw.fpga.synth` parses its arguments, finds (or
+alive for every FPGA configuration; `python -m trainingcxl.synth` parses its arguments, finds (or
 clearly misses) its tools, and turns a saved nextpnr report into Fmax, utilization and a
 critical path with design source lines. No Yosys or nextpnr run here (minutes each)."""
 import json
@@ -10,7 +10,7 @@ from amaranth.back import rtlil
 from amaranth.sim import Simulator
 
 from hw.config import CONFIGS, DEFAULT
-from hw.fpga import synth
+from trainingcxl import synth
 from hw.fpga.harness import (HARNESS_NAME, OUT_PINS, SynthHarness, device_io_bits, fold_widths,
                              xorshift_next)
 
@@ -125,7 +125,7 @@ def test_harness_simulates_stimulus_and_folded_outputs():
     assert len(set(outs[6:])) > 3
 
 
-# ---- hw.fpga.synth: arguments, tools, report parsing ---------------------------------------
+# ---- trainingcxl.synth: arguments, tools, report parsing ---------------------------------------
 
 def test_synth_arguments_defaults():
     """Defaults: the ECP5 configuration, build/synth, 100 MHz, router2, Xilinx estimate on."""

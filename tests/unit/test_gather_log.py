@@ -11,7 +11,7 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 
 from hw.config import DeviceConfig
-from hw.encodings import LOG_HDR_FIELDS, LOG_MAGIC, LookupError_, pack_fields
+from hw.encodings import LOG_HDR_FIELDS, LOG_MAGIC, LookupErrorCode, pack_fields
 from hw.gather import GatherReduce
 from hw.port_mux import RequestPortMux
 from hw.undolog import UndoLogger
@@ -179,7 +179,7 @@ def test_lookup_with_log_writes_expected_records(seed):
             if any(x >= ROWS for x in bag):
                 break
             done_bags.append(bag)
-        err = LookupError_.INDEX_RANGE if len(done_bags) < len(bags) else 0
+        err = LookupErrorCode.INDEX_RANGE if len(done_bags) < len(bags) else 0
         outs = [[sat32(sum(contents[r][e] for r in bag)) for e in range(dim)]
                 for bag in done_bags]
         expect_cpl.append((err, sum(len(b) for b in done_bags), out_addr, outs))

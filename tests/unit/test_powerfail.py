@@ -273,8 +273,8 @@ def test_golden_model_recovers_every_single_inflight_write_crash():
 
 def test_campaign_points_and_report_counts():
     """Crash-point specs are seeded and in range; the report counts what the results say."""
-    from cosim.crash import summarize
-    from cosim.crash_tests import crash_points
+    from trainingcxl.crash.campaign import summarize
+    from trainingcxl.crash.tb import crash_points
     a = crash_points("random:50", 7, 1000)
     assert a == crash_points("random:50", 7, 1000) and a != crash_points("random:50", 8, 1000)
     assert len(a) == 50 and all(0 <= c <= 1000 for c in a)

@@ -2,7 +2,7 @@
 zero-bubble transitions and the per-bag checks 4-7 of docs/lookup.md."""
 import pytest
 
-from hw.encodings import LookupError_ as E
+from hw.encodings import LookupErrorCode as E
 from hw.gather.sequencer import BagSequencer
 from hw.gather.walker import OffsetsWalker
 

@@ -19,10 +19,11 @@ latency = write latency = ``latency`` cycles), on one device, in one simulator l
 3. a SNAPSHOT of ``snap_bytes`` bytes from staging, timed from its doorbell to the superblock's
    ``mlp_slot`` write being acknowledged.
 
-The bench code is reused as it is: ``cosim.bench_training.TrainingBench`` (device bring-up, one
-batch per call, timing from the PMEM model's write log, golden-model comparison of completions,
-LOOKUP outputs and touched rows) and its ``Point`` workload. Every import from ``bench``/``cosim``
-is in this module.
+The bench code is reused as it is: ``trainingcxl.bench.training_tb.TrainingBench`` (device
+bring-up, one batch per call, timing from the PMEM model's write log, golden-model comparison
+of completions, LOOKUP outputs and touched rows) and its ``Point`` workload, with its run
+parameters (``TrainingBenchParams``). Every import from the bench and ``cosim`` is in this
+module.
 """
 from __future__ import annotations
 
@@ -103,18 +104,20 @@ def _cocotb_test():
 
     @cocotb.test()
     async def system_cycles(dut):
-        """Every point of TCXL_SYSTEM_POINTS: a batch without and with the MLP gap, then a
-        SNAPSHOT; completions, LOOKUP outputs, touched rows and snapshot slots equal the golden
-        model's."""
+        """Every point of the run's ``TrainingBenchParams.points``: a batch without and with
+        the MLP gap, then a SNAPSHOT; completions, LOOKUP outputs, touched rows and snapshot
+        slots equal the golden model's."""
         import numpy as np
 
-        from cosim.bench_training import CFG as cfg, RING, WAIT, Point, TrainingBench
+        from cosim import params
+        from trainingcxl.bench.training_tb import (CFG as cfg, RING, WAIT, Point, TrainingBench,
+                                                   TrainingBenchParams)
         from cosim.device_driver import DeviceDriver
         from hw.encodings import CPL_BYTES, CPL_FIELDS, DESC_BYTES, unpack_fields
         from sw_model.training import snap_slot_addr
 
-        points = json.loads(os.environ["TCXL_SYSTEM_POINTS"])
-        out = pathlib.Path(os.environ["TCXL_SYSTEM_OUT"])
+        spec = params.load(TrainingBenchParams)
+        points, out = spec.points, pathlib.Path(spec.out)
         tb = TrainingBench(dut)
         await tb.start()
         failures = []
@@ -190,7 +193,7 @@ def _cocotb_test():
     return system_cycles
 
 
-if os.environ.get("TCXL_SYSTEM_POINTS"):         # imported by the simulator
+if os.environ.get("TRAININGCXL_RUN_PARAMS"):     # imported by the simulator (cosim.params)
     system_cycles = _cocotb_test()
 
 
@@ -228,13 +231,15 @@ def derive(p: dict) -> dict:
 
 def run(points, *, seed=1, log=print):
     from cosim import build as cb
+    from cosim.tb.config import BenchConfig
     from hw.config import DeviceConfig
+    from trainingcxl.bench.training_tb import TrainingBenchParams
 
     cfg = DeviceConfig()
     t0 = time.time()
     b = cb.device_build(cfg)
     log(f"  device build ready in {time.time() - t0:.0f} s ({b.build_dir.name})")
-    build_root = cb.REPO_ROOT / "build"
+    build_root = pathlib.Path("build").resolve()
     build_root.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=build_root) as tmp:
         tmp = pathlib.Path(tmp).resolve()
@@ -242,11 +247,9 @@ def run(points, *, seed=1, log=print):
         try:
             cb.run(b, "trainingcxl.system.measure", seed=seed, test_dir=tmp / "run",
                    capture=False,
-                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING",
-                              "TCXL_CONFIG": cfg.to_json(),
-                              "TCXL_BENCH_SEED": str(seed),
-                              "TCXL_SYSTEM_POINTS": json.dumps(points),
-                              "TCXL_SYSTEM_OUT": str(tmp)})
+                   params=TrainingBenchParams(bench=BenchConfig(cfg), points=points,
+                                              seed=seed, out=str(tmp)),
+                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})
         except cb.CosimError as e:      # keep the points that finished
             err = str(e)[-2000:]
         rows = [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(points))

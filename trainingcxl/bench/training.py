@@ -49,7 +49,10 @@ TARGET_OVERHEAD = 0.02
 TARGET_UTIL = 0.90
 
 
-def run(points, *, seed=1, out_dir=None, log=print):
+def run(points, *, seed=1, out_dir=None, log=print, test_module="trainingcxl.bench.training_tb"):
+    """Run ``points`` in one simulator launch of the default device; ``test_module`` is the
+    cocotb module (it reads ``TrainingBenchParams``; point ``i`` writes ``<i>.json``). Returns
+    the points' results that were written and the error text of a failed launch (or None)."""
     cfg = DeviceConfig()
     t0 = time.time()
     b = cb.device_build(cfg)
@@ -58,7 +61,7 @@ def run(points, *, seed=1, out_dir=None, log=print):
         tmp = pathlib.Path(tmp).resolve()
         err = None
         try:
-            cb.run(b, "trainingcxl.bench.training_tb", seed=seed, test_dir=tmp / "run",
+            cb.run(b, test_module, seed=seed, test_dir=tmp / "run",
                    capture=False,
                    params=TrainingBenchParams(bench=BenchConfig(cfg), points=list(points),
                                               seed=seed, out=str(tmp)),
@@ -67,7 +70,7 @@ def run(points, *, seed=1, out_dir=None, log=print):
             err = str(e)[-2000:]
         rows = [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(points))
                 if (tmp / f"{i}.json").exists()]
-    log(f"  {len(rows)} points in {time.time() - t0:.0f} s")
+    log(f"  {len(rows)} of {len(points)} points in {time.time() - t0:.0f} s")
     return rows, err
 
 

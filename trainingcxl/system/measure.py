@@ -34,7 +34,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import tempfile
 import time
 
 DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
@@ -230,31 +229,15 @@ def derive(p: dict) -> dict:
 
 
 def run(points, *, seed=1, log=print):
+    """The points through the training bench's launcher with this module's cocotb test; the
+    results written, the error of a failed launch (or None), and the hw source digest."""
     from cosim import build as cb
-    from cosim.tb.config import BenchConfig
-    from hw.config import DeviceConfig
-    from trainingcxl.bench.training_tb import TrainingBenchParams
+    from trainingcxl.bench import training
 
-    cfg = DeviceConfig()
-    t0 = time.time()
-    b = cb.device_build(cfg)
-    log(f"  device build ready in {time.time() - t0:.0f} s ({b.build_dir.name})")
-    build_root = pathlib.Path("build").resolve()
-    build_root.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=build_root) as tmp:
-        tmp = pathlib.Path(tmp).resolve()
-        err = None
-        try:
-            cb.run(b, "trainingcxl.system.measure", seed=seed, test_dir=tmp / "run",
-                   capture=False,
-                   params=TrainingBenchParams(bench=BenchConfig(cfg), points=points,
-                                              seed=seed, out=str(tmp)),
-                   extra_env={"COCOTB_LOG_LEVEL": "WARNING", "GPI_LOG_LEVEL": "WARNING"})
-        except cb.CosimError as e:      # keep the points that finished
-            err = str(e)[-2000:]
-        rows = [json.loads((tmp / f"{i}.json").read_text()) for i in range(len(points))
-                if (tmp / f"{i}.json").exists()]
-    log(f"  {len(rows)} of {len(points)} points in {time.time() - t0:.0f} s")
+    out_dir = pathlib.Path("build").resolve()
+    out_dir.mkdir(exist_ok=True)
+    rows, err = training.run(points, seed=seed, out_dir=out_dir, log=log,
+                             test_module="trainingcxl.system.measure")
     return rows, err, cb._hw_source_digest()
 
 

@@ -68,9 +68,11 @@ class DeviceConfig:
                                # at one line per cycle is N lines (the headers), so 1024
                                # covers 1024 new rows of any dim. Default: 513 Kibit + 122
                                # Kibit (16 + 4 Xilinx RAMB36 / 26 + 7 Intel M20K).
-    upd_rows: int = 512        # update engine: rows in flight (exact tracker entries, a CAM);
-                               # covers the row read + write round trip at PMEM latency 200,
-                               # so the write port stays busy there (docs/benchmarks.md)
+    upd_rows: int = 512        # update engine: row tracker table entries (power of two;
+                               # 8 ways of upd_rows / 8 sets in block RAM, plus upd_victims
+                               # in a CAM); covers the row read + write round trip at PMEM
+                               # latency 200, so the write port stays busy there
+                               # (docs/benchmarks.md)
 
     def __post_init__(self):
         def need(cond, msg):
@@ -104,11 +106,11 @@ class DeviceConfig:
                              ("poison_lines", 1, 64), ("log_set_sets", 1, 4096),
                              ("log_set_ways", 1, 8), ("log_window", 1, 8192),
                              ("log_buffer_lines", 2, 16384),
-                             ("upd_rows", 2, 1024)):
+                             ("upd_rows", 16, 4096)):
             v = getattr(self, name)
             need(isinstance(v, int) and lo <= v <= hi, f"{name} must be {lo}..{hi}, got {v!r}")
         for name in ("sf_sets", "host_reads", "host_writes", "wr_buckets", "log_set_sets",
-                     "log_buffer_lines"):
+                     "log_buffer_lines", "upd_rows"):
             v = getattr(self, name)
             need(v & (v - 1) == 0, f"{name} must be a power of two, got {v}")
 
@@ -116,6 +118,16 @@ class DeviceConfig:
     def max_bag(self) -> int:
         """Longest bag the pooling accumulator sums exactly (longer bags are an error)."""
         return 1 << (self.acc_bits - 32)
+
+    @property
+    def upd_ways(self) -> int:
+        """Ways of the update engine's row tracker table (``upd_rows / upd_ways`` sets)."""
+        return 8
+
+    @property
+    def upd_victims(self) -> int:
+        """Victim CAM entries of the update engine's row tracker (rows whose set is full)."""
+        return min(16, self.upd_rows // 4)
 
     @property
     def log_slots(self) -> int:
@@ -164,7 +176,7 @@ CONFIGS = {
     #   8 lines each (max_reads/8) and all engine FIFOs fit distributed RAM or a few DP16KD.
     # - max_writes=64: pooled output lines are written at most at the row read rate.
     # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
-    # - UPDATE: 64 rows in flight (upd_rows; a 64 x 32-bit CAM): at one line per 4 cycles
+    # - UPDATE: 64 rows in flight (upd_rows; 8 x 8 in block RAM + 16 victims): at one line per 4 cycles
     #   (128-bit beats) that covers a 256-cycle round trip (row read to write ack) at dim 16.
     # - undo logger: 64 buffered lines (log_buffer_lines: 64 x 513 bit of data lines and
     #   64 x 122 bit of headers; as block RAM 15 + 4 DP16KD, width-bound at 36 bit each, of

@@ -42,9 +42,12 @@ class UpdateEngine(wiring.Component):
     back-pressured) -> :class:`RowWriter` (W0 joins context, row line, delta line,
     ``ensure_done``; W1 subtracts, clamps, counts; write FIFO; full-line writes).
 
-    Same-row hazards: an exact tracker of the rows in flight (``RowTracker``, ``cfg.upd_rows``
-    entries of (row, count of its lines issued and not yet write-acknowledged)). Before its
-    first line an item checks its row against every valid entry (a CAM; no false sharing):
+    Same-row hazards: a tracker of the rows in flight (:class:`~hw.update.rows.RowTracker`: ``cfg.upd_rows``
+    entries of (row, lines issued, lines acknowledged) in ``cfg.upd_ways`` block-RAM ways,
+    indexed by an XOR fold of the row, plus ``cfg.upd_victims`` in an exact CAM for rows whose
+    set is full; a row is held by one entry at most). An item waits one cycle in the row
+    stage's holding register while its row is looked up (pipelined: one item per cycle); before
+    its first line:
 
     - no match: it allocates a free entry (count = lines per row) and reads its lines (RdOwn);
     - match (the row's previous update is still in flight): it joins that entry (count +=
@@ -54,15 +57,17 @@ class UpdateEngine(wiring.Component):
       lines written between the two; a per-entry table holds the ring slot of the entry's last
       line 0). So no row is read while a write to it is unacknowledged, and updates of one row
       apply in item order;
-    - no free entry and no match: the item waits (``stalls`` counts these cycles). Capacity: at
-      most ``upd_rows`` distinct rows between first read and last write acknowledgement; at
-      dim 16 the write port stays busy only while ``upd_rows`` >= the round trip in line times
-      (read latency + pipeline + write latency), at dim d while ``upd_rows * d / 16`` >= it.
+    - no free way in its set, no free victim and no match: the item waits (``stalls`` counts
+      these cycles). Capacity: at most ``upd_rows + upd_victims`` distinct rows between first
+      read and last write acknowledgement, fewer when rows crowd one set; at dim 16 the write
+      port stays busy only while the rows in flight cover the round trip in line times (read
+      latency + pipeline + write latency), at dim d while ``rows * d / 16`` >= it.
 
     The entry index travels with each line (context FIFO, W0/W1, write FIFO, then a FIFO of
     entry indices in write order, matched to the in-order write acknowledgements); each
-    acknowledgement decrements its entry, which frees at 0. The tracker is cleared whenever a
-    command drains (after a stop, lines read but discarded are never acknowledged).
+    acknowledgement counts in its entry, which frees when both counts agree. The tracker is
+    cleared whenever a command drains (after a stop, lines read but discarded are never acknowledged; the table is
+    then swept, ``upd_rows / upd_ways`` cycles, before the next command's first row).
 
     Errors and partial failure:
 
@@ -173,8 +178,10 @@ class UpdateEngine(wiring.Component):
         m.submodules.deltas = deltas = DeltaRing(self.delta_lines, frac_bits=cfg.frac_bits)
         m.submodules.g_q = g_q = ResetInserter(clear)(
             fifo.SyncFIFOBuffered(width=upd_item_layout.size, depth=16))
+        victims = cfg.upd_victims
         m.submodules.rows = rows = RowReader(
-            ab, entries=cfg.upd_rows, count_bits=(n_fwd + 8).bit_length(),
+            ab, entries=cfg.upd_rows, ways=cfg.upd_ways, victims=victims,
+            count_bits=(n_fwd + 8).bit_length(),
             max_lines=resp_depth, max_answers=done_depth, rd_id=ID_ROWS)
         m.submodules.ctx_q = ctx_q = ResetInserter(clear)(
             fifo.SyncFIFOBuffered(width=rows.ctx.payload.shape().size, depth=resp_depth))
@@ -183,7 +190,7 @@ class UpdateEngine(wiring.Component):
         m.submodules.done_q = done_q = ResetInserter(clear)(
             fifo.SyncFIFOBuffered(width=8, depth=done_depth))
         m.submodules.writer = writer = RowWriter(
-            ab, entries=cfg.upd_rows, fwd_lines=n_fwd, ring_lines=self.delta_lines,
+            ab, entries=cfg.upd_rows + victims, fwd_lines=n_fwd, ring_lines=self.delta_lines,
             max_writes=cfg.max_writes, log_slots=cfg.log_slots, wr_id=ID_ROWS)
 
         wiring.connect(m, wiring.flipped(self.mem), mux.mem)
@@ -285,7 +292,7 @@ class UpdateEngine(wiring.Component):
         drained = (front.idle & ~front.items.valid & (s_slice.level == 0) &
                    (it_q.level == 0) & (g_slice.level == 0) & (g_q.level == 0) &
                    (h_slice.level == 0) & (grad_pend == 0) & ~deltas.busy &
-                   (rows.held == 0) & ~writer.busy & (ens_slice.level == 0) & (ens_out == 0))
+                   ~rows.holding & (rows.held == 0) & ~writer.busy & (ens_slice.level == 0) & (ens_out == 0))
         cpl = self.cpl.payload
         m.d.comb += [
             cpl.err_code.eq(err_code), cpl.err_bag.eq(err_bag), cpl.err_value.eq(err_value),

@@ -1,123 +1,226 @@
-"""RowTracker: exact table of the rows the UPDATE engine has in flight (docs/training.md 4).
+"""RowTracker: the rows the UPDATE engine has in flight (docs/training.md 4).
 
-``n`` entries, each (valid, row index, count of that row's lines read-issued and not yet
-write-acknowledged). Ports (all combinational in, registered state):
-
-- ``q_row`` (in 32) -> ``hit`` (out): a valid entry holds ``q_row`` (a CAM over all entries;
-  only a true match is a hit); ``hit_idx`` (out): that entry. ``full`` (out): no entry is
-  free. ``free_idx`` (out): the lowest-numbered free entry (meaningless when ``full``).
-- ``q2_row`` (in 32) -> ``q2_hit`` (out): a second, independent lookup port (same CAM
-  semantics as ``q_row``/``hit``; used by the undo logger's ensure path).
-- ``alloc`` (in) with ``alloc_row``/``alloc_count``: entry ``free_idx`` becomes valid with that
-  row and count (``alloc_count`` >= 1). Only when not ``full``; the caller also checks ``hit``
-  first, so a row is held by at most one entry.
-- ``join`` (in) with ``alloc_count``: entry ``hit_idx`` counts ``alloc_count`` more lines (a
-  repeat of its row). Only when ``hit``.
-- ``dec`` (in) with ``dec_idx``: one line of entry ``dec_idx`` was acknowledged; the entry is
-  free the cycle after its count reaches 0. ``dec`` of an invalid entry is the caller's error.
-- ``idle`` (out): no valid entry.
-
-State changes take effect the next cycle; one ``alloc`` or ``join`` and one ``dec`` per cycle
-(``alloc`` and ``dec`` never name the same entry: ``alloc`` takes a free one; ``join`` and
-``dec`` of one entry combine). ``count_bits`` must hold the most lines of one row in flight.
-Reset (use ``ResetInserter``) frees all. ``n`` >= 1; index ports are at least 1 bit wide.
+A set-associative table in block-RAM-style memories (``ways`` ways of ``entries / ways`` sets,
+synchronous read ports) plus a small exact victim CAM (:class:`~hw.update.row_cam.RowCam`) for
+rows whose set is full. A row is held by at most one entry, table or victim, while any of its
+lines is read-issued and not yet write-acknowledged.
 """
-from amaranth.hdl import Cat, Module, Mux, Signal
-from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
+from functools import reduce
+from operator import xor
 
-__all__ = ["RowTracker"]
+from amaranth.hdl import Cat, Const, Module, Mux, ResetInserter, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from .row_cam import RowCam
+
+__all__ = ["RowTracker", "row_set"]
+
+
+def row_set(row, set_bits, row_bits=32):
+    """The table set of ``row``: its ``row_bits`` folded by XOR into ``set_bits`` bits.
+
+    Works on an Amaranth value (hardware) or a Python int (models and tests)."""
+    if isinstance(row, int):
+        mask = (1 << set_bits) - 1
+        return reduce(xor, ((row >> i) & mask for i in range(0, row_bits, set_bits)), 0)
+    return reduce(xor, (row[i:i + set_bits] for i in range(0, row_bits, set_bits)))
+
+
+def _first(bits):
+    """(any, index of the lowest set bit) of a short list of 1-bit values."""
+    idx = Const(0, max(1, ceil_log2(len(bits))))
+    for i in reversed(range(len(bits))):
+        idx = Mux(bits[i], i, idx)
+    return Cat(*bits).any(), idx
 
 
 class RowTracker(wiring.Component):
-    """Exact table of the rows the UPDATE engine has in flight (see the module docstring).
+    """Rows in flight: a hashed set-associative table in memories plus an exact victim CAM.
+
+    Every entry holds a row index and two line counters: ``issued`` (lines read-issued or
+    joined) and ``acked`` (lines write-acknowledged), both modulo ``2**count_bits``; the entry
+    holds its row while they differ. A row lives in way ``w`` of set ``row_set(row)``
+    (:func:`row_set`, an XOR fold of the row bits) or, when that set has no free way, in the
+    victim CAM; a row never occupies two entries. Entry indices: table entries are
+    ``set * ways + way`` (0 .. ``entries - 1``), victim ``v`` is ``entries + v``.
+
+    Latency: the lookup results of cycle t describe the ``q_row`` (``q2_row``) of cycle t - 1,
+    against the state after every ``alloc``, ``join`` and ``dec`` of cycles up to t - 1 (the
+    table read at t - 1 is transparent to that cycle's writes; a ``dec`` of cycle t - 1, whose
+    counter write lands at t, is bypassed). ``alloc`` and ``join`` of cycle t act on that row.
+
+    Capacity and ordering: a new row waits (``full``) only when its set's ``ways`` entries and
+    all ``victims`` hold other rows; at most ``entries + victims`` rows are in flight. One
+    ``alloc`` or ``join`` and one ``dec`` per cycle; they may name one entry.
+
+    Clearing: entries of lines that will never be acknowledged (a stopped command) are freed by
+    ``clear``; when any line is outstanding it starts a sweep of the table (one set per cycle,
+    ``entries / ways`` cycles) during which every lookup reports ``full`` and no hit and
+    ``q2_hit`` is 1. Reset also sweeps (memories keep their contents over a reset). ``dec``
+    during a sweep, or of an entry not in flight, is the caller's error.
 
     Parameters
     ----------
-    n : int
-        Entries (>= 1).
+    entries : int
+        Table entries, a power of two >= 2 * ``ways`` and >= 2 * ``victims`` (victim indices
+        fit below ``2 * entries``).
+    ways : int
+        Table ways (a power of two >= 2).
+    victims : int
+        Victim CAM entries (>= 1).
     row_bits : int
         Row index width.
     count_bits : int
-        Line count width (must hold the most lines of one row in flight).
+        Line counter width: more than the most lines of one row in flight.
 
     Members
     -------
     q_row : In(row_bits); hit, hit_idx, full, free_idx : Out
-        Lookup (a CAM over all valid entries): ``hit`` and its entry; no free entry; the lowest
-        free entry.
+        Lookup (result next cycle): the row is in flight at ``hit_idx``; no entry can take it
+        (``full``); the entry an ``alloc`` takes (meaningless when ``full``).
     q2_row : In(row_bits); q2_hit : Out(1)
-        A second, independent lookup (the undo logger's query).
-    alloc, join : In(1); alloc_row : In(row_bits); alloc_count : In(count_bits)
-        Allocate ``free_idx`` for a row (not when ``full``), or add lines to ``hit_idx``.
+        A second lookup (result next cycle; the undo logger's query).
+    alloc, join : In(1); alloc_count : In(count_bits)
+        The looked-up row takes ``free_idx`` (not when ``full`` or ``hit``), or adds lines to
+        ``hit_idx`` (only when ``hit``), counting ``alloc_count`` >= 1 lines.
     dec : In(1), dec_idx : In(entry bits)
-        One line of an entry acknowledged; the entry frees the cycle after its count reaches 0.
+        One line of entry ``dec_idx`` was acknowledged.
+    clear : In(1)
+        Free every entry (sweeps the table when a line is outstanding).
     idle : Out(1)
-        No valid entry.
+        No line outstanding.
 
     Raises
     ------
     ValueError
-        If ``n`` < 1.
+        If a size parameter is out of range.
     """
 
-    def __init__(self, n, *, row_bits=32, count_bits=4):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"RowTracker: entry count must be >= 1, got {n!r}")
-        self._n, self._rb, self._cb = n, row_bits, count_bits
-        ib = max(1, ceil_log2(n))          # entry index width (at least 1 bit)
+    def __init__(self, entries, *, ways=4, victims=16, row_bits=32, count_bits=4):
+        if not (isinstance(ways, int) and ways >= 2 and ways & (ways - 1) == 0):
+            raise ValueError(f"RowTracker: ways must be a power of two >= 2, got {ways!r}")
+        if not (isinstance(entries, int) and entries >= 2 * ways and
+                entries & (entries - 1) == 0):
+            raise ValueError(f"RowTracker: entries must be a power of two >= 2 * ways, "
+                             f"got {entries!r}")
+        if not (isinstance(victims, int) and 1 <= victims <= entries // 2):
+            raise ValueError(f"RowTracker: victims must be 1..entries/2, got {victims!r}")
+        self._n, self._ways, self._v = entries, ways, victims
+        self._rb, self._cb = row_bits, count_bits
+        ib = self.index_bits(entries)
         super().__init__({
             "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
-            "q2_row": In(row_bits), "q2_hit": Out(1),
             "free_idx": Out(ib),
-            "alloc": In(1), "join": In(1), "alloc_row": In(row_bits), "alloc_count": In(count_bits),
+            "q2_row": In(row_bits), "q2_hit": Out(1),
+            "alloc": In(1), "join": In(1), "alloc_count": In(count_bits),
             "dec": In(1), "dec_idx": In(ib),
-            "idle": Out(1),
+            "clear": In(1), "idle": Out(1),
         })
 
+    @staticmethod
+    def index_bits(entries):
+        """Width of an entry index: the table's and the victims' indices (``2 * entries``)."""
+        return exact_log2(entries) + 1
+
     @property
-    def n(self):
-        return self._n
+    def sets(self):
+        return self._n // self._ways
 
     def elaborate(self, platform):
         m = Module()
-        n = self._n
-        valid = Signal(n)
-        rows = [Signal(self._rb, name=f"row{i}") for i in range(n)]
-        cnts = [Signal(self._cb, name=f"cnt{i}") for i in range(n)]
-        match = Signal(n)
-        m.d.comb += match.eq(Cat(valid[i] & (rows[i] == self.q_row) for i in range(n)))
-        m.d.comb += self.q2_hit.eq(Cat(valid[i] & (rows[i] == self.q2_row)
-                                       for i in range(n)).any())
-        # one-hot lowest free entry: the lowest zero bit of ``valid``
-        free_oh = Signal(n)
-        m.d.comb += free_oh.eq(~valid & (valid + 1)[:n])
+        W, S, rb, cb = self._ways, self.sets, self._rb, self._cb
+        sb, wb = exact_log2(S), exact_log2(W)
+        m.submodules.victims = vic = ResetInserter(self.clear)(RowCam(self._v, row_bits=rb,
+                                                                      count_bits=cb))
+        q_r, q2_r = Signal(rb), Signal(rb)           # the rows whose results are shown
+        m.d.sync += [q_r.eq(self.q_row), q2_r.eq(self.q2_row)]
+        set_q, set_q2 = row_set(q_r, sb, rb), row_set(q2_r, sb, rb)
 
-        def encode(oh):       # one-hot (or zero) -> index
-            return Cat(Cat(oh[i] for i in range(n) if i >> b & 1).any()
-                       for b in range(max(1, ceil_log2(n))))
+        sweeping = Signal(init=1)                    # memories hold anything after a reset
+        sweep_set = Signal(sb)
+        dec_d, dec_set_d, dec_way_d = Signal(), Signal(sb), Signal(wb)   # a dec of last cycle
+        d_vic = self.dec_idx[-1]
+        m.d.sync += [dec_d.eq(self.dec & ~d_vic), dec_set_d.eq(self.dec_idx[wb:wb + sb]),
+                     dec_way_d.eq(self.dec_idx[:wb])]
 
+        match, free, match2, iss = [], [], [], []
+        ent_way, ent_tab, upd = Signal(wb), Signal(), Signal()
+        for w in range(W):
+            ways = self._way_memories(m, w, sb)
+            rc_w, rc_q, rc_q2, ak_w, ak_q, ak_q2, ak_a = ways
+            m.d.comb += [rc_q.addr.eq(row_set(self.q_row, sb, rb)),
+                         ak_q.addr.eq(row_set(self.q_row, sb, rb)),
+                         rc_q2.addr.eq(row_set(self.q2_row, sb, rb)),
+                         ak_q2.addr.eq(row_set(self.q2_row, sb, rb)),
+                         ak_a.addr.eq(self.dec_idx[wb:wb + sb])]
+
+            def busy(rc, ak, s):
+                byp = dec_d & (dec_way_d == w) & (dec_set_d == s)
+                return rc.data[rb:] != (ak.data + byp)[:cb]
+            b1, b2 = busy(rc_q, ak_q, set_q), busy(rc_q2, ak_q2, set_q2)
+            match.append(b1 & (rc_q.data[:rb] == q_r))
+            match2.append(b2 & (rc_q2.data[:rb] == q2_r))
+            free.append(~b1)
+            iss.append(rc_q.data[rb:])
+            # counters: the sweep zeroes a set; else alloc/join add lines, dec counts one
+            wr_here = upd & ent_tab & (ent_way == w)
+            m.d.comb += [
+                rc_w.addr.eq(Mux(sweeping, sweep_set, set_q)),
+                rc_w.data.eq(Mux(sweeping, 0, Cat(q_r, (rc_q.data[rb:] + self.alloc_count)[:cb]))),
+                rc_w.en.eq(sweeping | wr_here),
+                ak_w.addr.eq(Mux(sweeping, sweep_set, dec_set_d)),
+                ak_w.data.eq(Mux(sweeping, 0, (ak_a.data + 1)[:cb])),
+                ak_w.en.eq(sweeping | (dec_d & (dec_way_d == w))),
+            ]
+
+        t_hit, t_hit_way = _first(match)
+        t_free, t_free_way = _first(free)
+        vb = max(1, ceil_log2(self._v))            # RowCam's index width
+        pad = Const(0, exact_log2(self._n) - vb)
+        vic_idx, vic_free = Cat(vic.hit_idx, pad, Const(1, 1)), Cat(vic.free_idx, pad, Const(1, 1))
         m.d.comb += [
-            self.hit.eq(match.any()),
-            self.hit_idx.eq(encode(match)),
-            self.free_idx.eq(encode(free_oh)),
-            self.full.eq(valid.all()),
-            self.idle.eq(~valid.any()),
+            vic.q_row.eq(q_r), vic.q2_row.eq(q2_r), vic.alloc_row.eq(q_r),
+            vic.alloc_count.eq(self.alloc_count),
+            vic.dec.eq(self.dec & d_vic), vic.dec_idx.eq(self.dec_idx),
+            self.hit.eq(~sweeping & (t_hit | vic.hit)),
+            self.hit_idx.eq(Mux(t_hit, Cat(t_hit_way, set_q, Const(0, 1)), vic_idx)),
+            self.full.eq(sweeping | (~t_free & vic.full)),
+            self.free_idx.eq(Mux(t_free, Cat(t_free_way, set_q, Const(0, 1)), vic_free)),
+            self.q2_hit.eq(sweeping | Cat(*match2).any() | vic.q2_hit),
+            upd.eq(self.alloc | self.join),
+            ent_tab.eq(Mux(self.join, t_hit, t_free)),
+            ent_way.eq(Mux(self.join, t_hit_way, t_free_way)),
+            vic.alloc.eq(self.alloc & ~t_free), vic.join.eq(self.join & ~t_hit),
         ]
-        dec_oh = Signal(n)
-        m.d.comb += dec_oh.eq(Mux(self.dec, 1 << self.dec_idx, 0))
-        for i in range(n):
-            join_i = self.join & match[i]
-            with m.If(self.alloc & free_oh[i]):
-                m.d.sync += [valid[i].eq(1), rows[i].eq(self.alloc_row),
-                             cnts[i].eq(self.alloc_count)]
-            with m.Elif(join_i & dec_oh[i]):
-                m.d.sync += cnts[i].eq(cnts[i] + self.alloc_count - 1)
-            with m.Elif(join_i):
-                m.d.sync += cnts[i].eq(cnts[i] + self.alloc_count)
-            with m.Elif(dec_oh[i]):
-                m.d.sync += cnts[i].eq(cnts[i] - 1)
-                with m.If(cnts[i] == 1):
-                    m.d.sync += valid[i].eq(0)
+
+        # lines outstanding (all entries): a clear sweeps only when some are
+        out = Signal(range(2 * (self._n + self._v) << cb))
+        m.d.comb += self.idle.eq(out == 0)
+        with m.If(self.clear):
+            m.d.sync += out.eq(0)
+            with m.If(out != 0):
+                m.d.sync += [sweeping.eq(1), sweep_set.eq(0)]
+        with m.Else():
+            m.d.sync += out.eq(out + Mux(upd, self.alloc_count, 0) - self.dec)
+        with m.If(sweeping & ~self.clear):
+            m.d.sync += sweep_set.eq(sweep_set + 1)
+            with m.If(sweep_set == S - 1):
+                m.d.sync += sweeping.eq(0)
         return m
+
+    def _way_memories(self, m, w, sb):
+        """Way ``w``: (row, issued) and acked memories with their ports."""
+        S, rb, cb = self.sets, self._rb, self._cb
+        rc = Memory(shape=rb + cb, depth=S, init=[])
+        ak = Memory(shape=cb, depth=S, init=[])
+        m.submodules[f"rc{w}"], m.submodules[f"ak{w}"] = rc, ak
+        rc_w, ak_w = rc.write_port(), ak.write_port()
+        rc_q = rc.read_port(transparent_for=(rc_w,))
+        rc_q2 = rc.read_port(transparent_for=(rc_w,))
+        ak_q = ak.read_port(transparent_for=(ak_w,))
+        ak_q2 = ak.read_port(transparent_for=(ak_w,))
+        ak_a = ak.read_port(transparent_for=(ak_w,))
+        return rc_w, rc_q, rc_q2, ak_w, ak_q, ak_q2, ak_a

@@ -689,62 +689,87 @@ def test_update_throughput_distinct_rows():
 
 
 def test_row_tracker_matches_model():
-    """RowTracker alone against a Python model: random queries, allocations (only when neither
-    hit nor full, as the engine does), joins (only on a hit) and decrements of random valid
-    entries, joins and decrements of one entry in one cycle too; ``hit``, ``hit_idx``, ``full``,
-    ``idle``, ``free_idx`` (lowest free entry) and the second lookup port ``q2_hit`` checked
-    every cycle; 5 entries (not a power of
-    two), so full and reuse happen often."""
+    """RowTracker alone against a Python model of its contract: 8 table entries (2 sets x 4
+    ways) and 2 victims, rows 0..39 (so sets and victims fill often), random queries on both
+    ports, allocations (only when neither hit nor full, as the engine does), joins (only on a
+    hit), decrements of random in-flight entries (joins and decrements of one entry in one
+    cycle too) and clears with lines outstanding. Every cycle, for the previous cycle's query:
+    ``hit``, ``hit_idx``, ``full`` (set and victims all taken, or a sweep), ``free_idx`` (the
+    lowest free way of the row's set, else the lowest free victim), ``q2_hit`` and ``idle``; the
+    set of a row is computed here from its definition (XOR fold of the row bits)."""
     from hw.update.rows import RowTracker
-    rng = make_rng(61)
-    rng2 = make_rng(62)
-    n = 5
-    dut = RowTracker(n, count_bits=8)
-    joins = []
-    model = [None] * n          # entry -> [row, count] or None
+    seed = 61
+    rng = make_rng(seed)
+    n, ways, nv, cb = 8, 4, 2, 5
+    sets = n // ways
+    dut = RowTracker(n, ways=ways, victims=nv, count_bits=cb)
+    model = {}                  # entry index -> [row, lines in flight]
+    stats = {"joins": 0, "join_dec": 0, "victim": 0, "full": 0, "clears": 0}
+
+    def set_of(row):            # XOR fold of 32 row bits into log2(sets) bits
+        sb, out = sets.bit_length() - 1, 0
+        for i in range(0, 32, sb):
+            out ^= (row >> i) & ((1 << sb) - 1)
+        return out
+
+    def entry_of(row):
+        return next((i for i, e in model.items() if e[0] == row), None)
 
     async def tb(ctx):
-        for cyc in range(3000):
-            q = rng.randrange(12)
-            ctx.set(dut.q_row, q)
-            q2 = rng2.randrange(12)         # own generator: rng's sequence unchanged
-            ctx.set(dut.q2_row, q2)
-            exp_hit2 = any(e is not None and e[0] == q2 for e in model)
-            assert ctx.get(dut.q2_hit) == exp_hit2, f"cycle {cyc}: q2_hit (seeds 61, 62)"
-            ctx.set(dut.alloc_row, q)
-            cnt = rng.choice([1, 2, 4, 8])
-            ctx.set(dut.alloc_count, cnt)
-            exp_hit = any(e is not None and e[0] == q for e in model)
-            exp_full = all(e is not None for e in model)
-            exp_free = next((i for i, e in enumerate(model) if e is None), None)
-            got = (ctx.get(dut.hit), ctx.get(dut.full), ctx.get(dut.idle))
-            want = (int(exp_hit), int(exp_full), int(all(e is None for e in model)))
-            assert got == want, f"cycle {cyc}: hit/full/idle {got}, want {want} (seed 61)"
-            if exp_free is not None:
-                assert ctx.get(dut.free_idx) == exp_free, f"cycle {cyc}: free_idx (seed 61)"
-            hit_i = next((i for i, e in enumerate(model) if e is not None and e[0] == q), None)
+        sweep_left = sets            # the reset sweep
+        prev_q = prev_q2 = 0
+        for cyc in range(4000):
+            sweeping = sweep_left > 0
+            hit_i = None if sweeping else entry_of(prev_q)
+            s = set_of(prev_q)
+            free_ways = [w for w in range(ways) if s * ways + w not in model]
+            free_v = [v for v in range(nv) if n + v not in model]
+            exp_full = sweeping or (not free_ways and not free_v)
+            got = {k: ctx.get(getattr(dut, k)) for k in ("hit", "full", "q2_hit", "idle")}
+            want = {"hit": int(hit_i is not None), "full": int(exp_full),
+                    "q2_hit": int(sweeping or entry_of(prev_q2) is not None),
+                    "idle": int(not model)}
+            assert got == want, f"cycle {cyc}: {got}, want {want} (seed {seed})"
             if hit_i is not None:
-                assert ctx.get(dut.hit_idx) == hit_i, f"cycle {cyc}: hit_idx (seed 61)"
-            alloc = not exp_hit and not exp_full and rng.random() < 0.5
-            join = exp_hit and rng.random() < 0.5
-            ctx.set(dut.alloc, alloc)
-            ctx.set(dut.join, join)
-            busy = [i for i, e in enumerate(model) if e is not None]
-            dec = busy and rng.random() < 0.5
+                assert ctx.get(dut.hit_idx) == hit_i, f"cycle {cyc}: hit_idx (seed {seed})"
+            exp_free = None
+            if not exp_full:
+                exp_free = s * ways + free_ways[0] if free_ways else n + free_v[0]
+                assert ctx.get(dut.free_idx) == exp_free, f"cycle {cyc}: free_idx (seed {seed})"
+            stats["full"] += exp_full and not sweeping
+            cnt = rng.choice([1, 2, 4])
+            alloc = hit_i is None and not exp_full and rng.random() < 0.6
+            join = (hit_i is not None and model[hit_i][1] + cnt < (1 << cb)
+                    and rng.random() < 0.5)
+            busy = sorted(model)
+            dec = bool(busy) and not sweeping and rng.random() < 0.45
             di = (hit_i if join and rng.random() < 0.3 else rng.choice(busy)) if dec else 0
-            ctx.set(dut.dec, bool(dec))
-            ctx.set(dut.dec_idx, di)
+            clear = not (alloc or join or dec) and model and rng.random() < 0.01
+            q, q2 = rng.randrange(40), rng.randrange(40)
+            for name, v in (("q_row", q), ("q2_row", q2), ("alloc_count", cnt),
+                            ("alloc", alloc), ("join", join), ("dec", dec), ("dec_idx", di),
+                            ("clear", bool(clear))):
+                ctx.set(getattr(dut, name), v)
             await ctx.tick()
             if join:
                 model[hit_i][1] += cnt
-                assert model[hit_i][1] < 256, "model count beyond count_bits (test bug)"
-                joins.append(dec and di == hit_i)
+                stats["joins"] += 1
+                stats["join_dec"] += dec and di == hit_i
             if dec:
                 model[di][1] -= 1
                 if model[di][1] == 0:
-                    model[di] = None
+                    del model[di]
             if alloc:
-                model[exp_free] = [q, cnt]
+                model[exp_free] = [prev_q, cnt]
+                stats["victim"] += exp_free >= n
+            if clear:
+                stats["clears"] += 1
+                model.clear()
+                sweep_left = sets + 1     # counted down below: sweeps the next ``sets`` cycles
+            sweep_left = max(0, sweep_left - 1)
+            prev_q, prev_q2 = q, q2
 
-    simulate(dut, [tb], max_cycles=4000, name="row_tracker")
-    assert len(joins) > 100 and any(joins), "weak stimulus (seed 61)"
+    simulate(dut, [tb], max_cycles=5000, name="row_tracker")
+    print(f"row tracker model test (seed {seed}): {stats}")
+    assert (stats["joins"] > 100 and stats["join_dec"] and stats["victim"] > 20
+            and stats["full"] > 20 and stats["clears"] > 3), f"weak stimulus (seed {seed})"

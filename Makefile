@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(PKG_INITS)
 # Two pytest workers (JOBS=1 for a serial run), one test file per worker at a time so a module's
 # simulator build and its runs stay together.
 test: $(STAMP)
-	$(TCXL) test --jobs $(or $(JOBS),2)
+	$(TCXL) test --jobs $(or $(JOBS),2) $(if $(SEED),--seed $(SEED))
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
 # Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.

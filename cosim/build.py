@@ -37,8 +37,9 @@ raises unless its results file shows at least one test and no failure, since
 ``runner.test()`` returns normally when the test module failed to import.
 
 Verilator options: exactly the three waivers Amaranth output needs, plus ``--assert`` (the RTL's
-``Assert``s stop the simulation); the per-cycle C++ is compiled with ``-O2`` and the rest
-unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep
+``Assert``s stop the simulation); only the top module's signals are public (``--no-public-flat-rw``
+and a control file: cocotb reaches the ports, Verilator may optimise everything below); the
+per-cycle C++ is compiled with ``-O2`` and the rest unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep
 Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog initialises
 every register explicitly, so no X-dependent behaviour is expected.
 """
@@ -103,8 +104,16 @@ _COCOTBEXT_AXI_DEPRECATED = ("stream", "reset", "axi_master", "axi_slave", "axil
 SIM_WARNINGS = ",".join(["error"] + [f"ignore::DeprecationWarning:cocotbext.axi.{m}"
                                      for m in _COCOTBEXT_AXI_DEPRECATED])
 
+# cocotb's runner verilates with --public-flat-rw (every signal of the design readable and
+# writable through VPI), which keeps Verilator from inlining or removing any of them: a larger,
+# slower model and a longer C++ compile. The benches reach only the top module's ports, so the
+# build turns that off and makes the top module's own signals public with a control file.
+_PUBLIC_TOP_VLT = """`verilator_config
+public_flat_rw -module "{top}" -var "*"
+"""
+
 # Bump when the way a build directory is produced changes, to invalidate old caches.
-_BUILD_SCHEME = 1
+_BUILD_SCHEME = 2
 _DONE_MARKER = "BUILD_OK"
 
 
@@ -289,13 +298,16 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         build_dir.mkdir(parents=True)
         source = build_dir / f"{top}.v"
         source.write_text(verilog_text)
+        public = build_dir / "public_top.vlt"
+        public.write_text(_PUBLIC_TOP_VLT.format(top=top))
         log = build_dir / "build.log"
 
         from cocotb_tools.runner import get_runner
         runner = get_runner("verilator")
         t0 = time.monotonic()
         try:
-            runner.build(sources=[source], hdl_toplevel=top, build_args=list(args),
+            runner.build(sources=[source], hdl_toplevel=top,
+                         build_args=[*args, "--no-public-flat-rw", str(public)],
                          build_dir=build_dir, always=True, timescale=TIMESCALE, waves=waves,
                          log_file=log)
         except (RuntimeError, subprocess.CalledProcessError, SystemExit) as e:

@@ -1,14 +1,15 @@
 """CRC-32 (IEEE 802.3, reflected polynomial 0xEDB88320) as a parallel XOR network.
 
-``crc32_next(state, data, nbytes)`` is the CRC register after feeding ``nbytes`` bytes of
+``crc32_next(m, state, data, nbytes)`` is the CRC register after feeding ``nbytes`` bytes of
 ``data`` (byte 0 = ``data[0:8]``, each byte LSB first) into register ``state``; it is purely
-combinational. Start from ``CRC32_INIT`` and invert at the end (``CRC32_XOROUT``) for the zlib
+combinational (its mask ROM is added to module ``m``). Start from ``CRC32_INIT`` and invert at the end (``CRC32_XOROUT``) for the zlib
 value. The network is derived here from the bit-serial definition by symbolic execution over
 GF(2) (not from a table shared with the golden model, which uses ``zlib.crc32``).
 """
 from functools import lru_cache
 
-from amaranth.hdl import Cat, Const
+from amaranth.hdl import Cat
+from amaranth.lib.memory import Memory
 
 __all__ = ["CRC32_INIT", "CRC32_XOROUT", "crc32_next", "crc32_masks"]
 
@@ -32,11 +33,22 @@ def crc32_masks(nbytes):
     return tuple(s)
 
 
-def crc32_next(state, data, nbytes):
-    """Next CRC register (32-bit Value) after ``nbytes`` bytes of ``data`` from ``state``."""
+def crc32_next(m, state, data, nbytes):
+    """Next CRC register (32-bit Value) after ``nbytes`` bytes of ``data`` from ``state``.
+
+    The 32 masks of :func:`crc32_masks` live in a small ROM added to module ``m`` and read at
+    constant addresses, so each output bit stays one AND and one XOR reduction over the whole
+    input in the generated Verilog (Verilator evaluates that on words); Amaranth would fold
+    constant masks into bit selects, about 140 slice assignments per output bit. Synthesis
+    folds the ROM back into constants: the same XOR network either way."""
     if data.shape().width < 8 * nbytes:
         raise ValueError(f"data has {data.shape().width} bits, need {8 * nbytes}")
     inputs = Cat(state[:32], data[:8 * nbytes])
-    # one masked XOR reduction per output bit: the same logic as selecting the bits, but it
-    # elaborates and simulates in pysim in milliseconds instead of seconds
-    return Cat(*[(inputs & Const(mask, len(inputs))).xor() for mask in crc32_masks(nbytes)])
+    rom = Memory(shape=len(inputs), depth=32, init=crc32_masks(nbytes))
+    m.submodules += rom
+    out = []
+    for i in range(32):
+        port = rom.read_port(domain="comb")
+        m.d.comb += port.addr.eq(i)
+        out.append((inputs & port.data).xor())
+    return Cat(*out)

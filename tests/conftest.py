@@ -1,5 +1,4 @@
-"""Shared pytest options: ``--seed`` (or ``TCXL_SEED``, the one environment variable the suite reads:
-the default seed), ``--waves`` (sets ``WAVES=1``) and ``--require-icarus`` (the Icarus
+"""Shared pytest options: ``--seed`` (the default seed of randomized tests), ``--waves`` (sets ``WAVES=1``) and ``--require-icarus`` (the Icarus
 cross-check fails instead of skipping when ``iverilog`` is missing; ``make test-icarus``)."""
 import os
 
@@ -10,7 +9,7 @@ DEFAULT_SEED = 1
 
 def pytest_addoption(parser):
     parser.addoption("--seed", type=int, default=None,
-                     help=f"seed for randomized tests (default: $TCXL_SEED or {DEFAULT_SEED})")
+                     help=f"seed for randomized tests (default {DEFAULT_SEED})")
     parser.addoption("--waves", action="store_true",
                      help="build simulators with tracing and write dump.vcd (same as WAVES=1)")
     parser.addoption("--require-icarus", action="store_true",
@@ -18,9 +17,8 @@ def pytest_addoption(parser):
 
 
 def _seed(config) -> int:
-    if config.getoption("--seed") is not None:
-        return config.getoption("--seed")
-    return int(os.environ.get("TCXL_SEED", DEFAULT_SEED))
+    s = config.getoption("--seed")
+    return DEFAULT_SEED if s is None else s
 
 
 def pytest_configure(config):
@@ -30,7 +28,7 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     waves = " waves=on" if os.environ.get("WAVES") == "1" else ""
-    return f"trainingcxl: seed={_seed(config)} (--seed N or TCXL_SEED=N to change){waves}"
+    return f"trainingcxl: seed={_seed(config)} (--seed N to change){waves}"
 
 
 @pytest.fixture

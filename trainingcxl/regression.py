@@ -1,6 +1,7 @@
 """``trainingcxl test``: the regression, as ``make test`` runs it.
 
-    trainingcxl test [--jobs N]            the whole suite, N pytest workers (default 2)
+    trainingcxl test [--jobs N] [--seed S] the whole suite, N pytest workers (default 2), seed S
+                                           for the randomized tests (default 1)
     trainingcxl test [pytest arguments]    a selection
 
 The whole suite runs ``pytest tests -n N --dist loadfile`` with a JUnit report in
@@ -24,12 +25,16 @@ def main(argv=None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0
-    jobs = "2"
-    if argv[:1] == ["--jobs"] and len(argv) == 2:
-        jobs, argv = argv[1], []
+    jobs, seed = "2", []
+    while argv[:1] in (["--jobs"], ["--seed"]) and len(argv) >= 2 and argv[1].isdigit():
+        if argv[0] == "--jobs":
+            jobs = argv[1]
+        else:
+            seed = ["--seed", argv[1]]
+        argv = argv[2:]
     JUNIT.parent.mkdir(parents=True, exist_ok=True)
     rc = subprocess.call([sys.executable, "-m", "pytest",
-                          *(argv or ["tests", "-n", jobs, "--dist", "loadfile"]),
+                          *(argv or ["tests", "-n", jobs, "--dist", "loadfile"]), *seed,
                           f"--junitxml={JUNIT}"])
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc

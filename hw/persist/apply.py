@@ -195,7 +195,7 @@ class RecordApplier(wiring.Component):
 
         # ---- CRC check -> write job (never full: jobs <= records holding buffer lines) ----
         # crc32_next(chk_crc, header) = crc32_next(chk_crc, 0) ^ crc32_next(0, header)
-        final = crc32_next(chk_crc, C(0, 8 * LINE_BYTES), LINE_BYTES) ^ chk_g ^ CRC32_XOROUT
+        final = crc32_next(m, chk_crc, C(0, 8 * LINE_BYTES), LINE_BYTES) ^ chk_g ^ CRC32_XOROUT
         chk_ok = (final == field(chk_hdr, LOG_HDR_FIELDS, "crc")) & ~chk_err
         chk_addr = field(chk_hdr, LOG_HDR_FIELDS, "addr")[6:6 + la_bits]
         m.d.comb += [jobs.w_en.eq(chk_valid),

@@ -213,7 +213,7 @@ class PersistEngine(wiring.Component):
         m.d.comb += [net_st.eq(Mux(mlp.crc_active, mlp.crc_st, app.crc_st)),
                      net_in.eq(Mux(mlp.crc_active, mlp.crc_in, app.crc_in))]
         crc_nx = Signal(32)
-        m.d.comb += [crc_nx.eq(crc32_next(net_st, net_in, LINE_BYTES)),
+        m.d.comb += [crc_nx.eq(crc32_next(m, net_st, net_in, LINE_BYTES)),
                      app.crc_nx.eq(crc_nx), mlp.crc_nx.eq(crc_nx)]
 
         # ---- registers (the ports themselves), superblock and record header fields ---------

@@ -102,7 +102,7 @@ class SlotChooser(wiring.Component):
         len_ok = (s_len <= snap_cap) if snap_cap < (1 << 32) - 1 else 1
         s_plausible = (~self.rsp_err & (field(line, SNAP_HDR_FIELDS, "magic") == SNAP_MAGIC) &
                        len_ok & (s_ep <= self.committed))
-        m_final = crc32_next(mcrc, C(0, 8 * LINE_BYTES), LINE_BYTES) ^ m_g ^ CRC32_XOROUT
+        m_final = crc32_next(m, mcrc, C(0, 8 * LINE_BYTES), LINE_BYTES) ^ m_g ^ CRC32_XOROUT
         with m.If(self.crc_active & rsp_v & ~is_hdr):
             m.d.sync += [mcrc.eq(crc_nx), mrem.eq(mrem - LINE_BYTES), d_rcv.eq(d_rcv + 1)]
             with m.If(self.rsp_err):

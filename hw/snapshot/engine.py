@@ -243,7 +243,7 @@ class SnapshotEngine(wiring.Component):
         crc_in = Signal(LINE_BITS)
         m.d.comb += crc_in.eq(Mux(in_hdr, hdr_zero, w_data))
         crc_nx = Signal(32)
-        m.d.comb += crc_nx.eq(crc32_next(crc, crc_in, LINE_BYTES))
+        m.d.comb += crc_nx.eq(crc32_next(m, crc, crc_in, LINE_BYTES))
         with m.If(wv & mem.wr_req.ready & w_pay):
             m.d.sync += crc.eq(crc_nx)
         crc_o, crc_w = _field_off(SNAP_HDR_FIELDS, "crc")

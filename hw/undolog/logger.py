@@ -178,7 +178,7 @@ class UndoLogger(wiring.Component):
         line_fire = can_take & src_valid
 
         crc_nx = Signal(32)
-        m.d.comb += crc_nx.eq(crc32_next(crc, src_data, 64))
+        m.d.comb += crc_nx.eq(crc32_next(m, crc, src_data, 64))
         hdr = writer.header.payload
         m.d.comb += [writer.lines.payload.data.eq(src_data), writer.lines.payload.last.eq(last),
                      hdr.table.eq(c_table), hdr.row.eq(c_row), hdr.addr.eq(c_addr),

@@ -122,7 +122,7 @@ class RecordWriter(wiring.Component):
         hp_in, hcrc = Signal(512), Signal(32)
         m.d.comb += hp_in.eq(Mux(hp_valid, hp_zero, self.lines.payload.data))
         hq_in = hdr_lay(hq.w_stream.payload)
-        m.d.comb += [hcrc.eq(crc32_next(hp.crc, hp_in, 64) ^ CRC32_XOROUT),
+        m.d.comb += [hcrc.eq(crc32_next(m, hp.crc, hp_in, 64) ^ CRC32_XOROUT),
                      hq.w_stream.valid.eq(hp_push),
                      hq_in.table.eq(hp.table), hq_in.row.eq(hp.row), hq_in.addr.eq(hp.addr),
                      hq_in.dl.eq(hp.dl), hq_in.crc.eq(hcrc),

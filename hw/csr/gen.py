@@ -2,7 +2,8 @@
 
     python -m hw.csr.gen [--out DIR]
 
-writes, under DIR (default: the repository root), the committed files
+writes, under DIR (default: the working directory; run it from the checkout's root to refresh
+the committed files), the files
 
 - ``hw/csr/trainingcxl_csr.h``: C header (peakrdl-cheader: struct layout and field
   ``_bm``/``_bp``/``_bw``/``_reset`` macros) plus flat byte offsets
@@ -114,8 +115,8 @@ def generate(out_dir, rdl_path=RDL_PATH) -> list:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hw.csr.gen",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=REPO_ROOT,
-                        help="output root (default: the repository root)")
+    parser.add_argument("--out", type=Path, default=Path("."),
+                        help="output root (default: the working directory)")
     args = parser.parse_args(argv)
     for p in generate(args.out):
         print(p)

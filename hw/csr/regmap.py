@@ -52,6 +52,8 @@ _SUPPORTED_CONTAINER_PROPS = {"name", "desc", "space_bytes"}
 
 @dataclass(frozen=True)
 class Field:
+    """One field of a register (bit range, access, reset value, description)."""
+
     name: str            # RDL field name ("value" in single-field registers)
     lsb: int
     width: int
@@ -89,6 +91,8 @@ class Field:
 
 @dataclass(frozen=True)
 class Register:
+    """One 32-bit register of the map, with its fields."""
+
     name: str            # TABLE3_ROWS
     path: str            # RDL path below the address map: TABLE[3].ROWS
     offset: int          # byte offset
@@ -116,6 +120,8 @@ class Register:
 
 @dataclass(frozen=True)
 class RegMap:
+    """The device's register map, compiled from the RDL (or read back from its JSON)."""
+
     name: str
     desc: str
     space_bytes: int

@@ -21,11 +21,15 @@ __all__ = ["WriteBuckets", "PoisonTable"]
 
 
 class LineQuery(wiring.Signature):
+    """A combinational query: ``line`` out, one answer bit (``out_name``) in."""
+
     def __init__(self, line_bits, out_name):
         super().__init__({"line": Out(line_bits), out_name: In(1)})
 
 
 class LineStrobe(wiring.Signature):
+    """A one-cycle event about a line: ``en`` and ``line`` out."""
+
     def __init__(self, line_bits):
         super().__init__({"en": Out(1), "line": Out(line_bits)})
 

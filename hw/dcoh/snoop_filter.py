@@ -22,6 +22,8 @@ SF_I, SF_S, SF_A = 0, 1, 2
 
 
 class LookupSignature(wiring.Signature):
+    """A snoop-filter lookup: ``line`` out; hit, way, state, free way and every way's state in."""
+
     def __init__(self, line_bits, ways):
         super().__init__({
             "line": Out(line_bits),

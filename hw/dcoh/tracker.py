@@ -16,6 +16,8 @@ __all__ = ["BITracker"]
 
 
 class CamSignature(wiring.Signature):
+    """A CAM query: ``line`` out, ``hit`` in."""
+
     def __init__(self, line_bits):
         super().__init__({"line": Out(line_bits), "hit": In(1)})
 

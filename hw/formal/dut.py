@@ -32,7 +32,7 @@ __all__ = ["build_dcoh", "Internals", "MissingInternal", "BROKEN", "AckFirstFIFO
 
 
 class MissingInternal(LookupError):
-    pass
+    """A signal the proof names was not found in the elaborated DCOH (renamed or removed)."""
 
 
 # ---- broken variants -----------------------------------------------------------------------
@@ -42,6 +42,8 @@ def _override(cls, overrides):
     except the ports named in ``overrides`` (``"cam.0.hit"`` -> ``f(value)``), whose value is
     ``f`` of what would have passed."""
     class Overridden(cls):
+        """``cls`` with the ports in ``overrides`` replaced (see :func:`_override`)."""
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self._ctor = (args, kwargs)
@@ -147,6 +149,8 @@ def build_dcoh(cfg, broken=None, platform="formal"):
     variant = _VARIANTS[broken][1] if broken else {}
 
     class ElaboratedDCOH(dcoh_mod.DCOH):
+        """The DCOH whose fragment was elaborated once here (its internals are named)."""
+
         def elaborate(self, platform):
             return self.fragment
 

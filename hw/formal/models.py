@@ -125,6 +125,8 @@ class _OverwritingRegFIFO(RegFIFO):
 
 
 class _Port:
+    """A read or write port of :class:`RegMemory` (``addr``, ``data``, ``en`` for writes)."""
+
     def __init__(self, shape, depth, name, write):
         self.addr = Signal(range(depth), name=f"{name}_addr")
         self.data = Signal(shape, name=f"{name}_data")

@@ -29,6 +29,9 @@ BROKEN = {
 
 
 class Toy(Elaboratable):
+    """The credit counter of the module docstring with its properties (``broken``: a variant
+    from ``BROKEN``)."""
+
     def __init__(self, broken=None):
         if broken is not None and broken not in BROKEN:
             raise ValueError(f"unknown toy variant {broken!r}; known: {', '.join(BROKEN)}")

@@ -1,5 +1,5 @@
 """LoggedSet: the set of (table, row) keys the undo logger has logged in the open batch."""
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -13,10 +13,15 @@ KEY_BITS = 48          # (row, table)
 class LoggedSet(wiring.Component):
     """Set-associative set of (table, row) keys: one lookup and one insert per cycle.
 
-    Keys live in a memory of ``sets`` entries of ``ways`` keys with an asynchronous read port;
-    their valid bits are registers (cleared by reset and by ``clear``, so no init sweep). The
-    set of a key is ``(row ^ (row >> log2(sets)) ^ table) mod sets`` (docs/training.md
-    section 5).
+    Keys live in a memory of ``sets`` entries of ``ways`` keys with an asynchronous read port.
+    Each set's valid bits live in a second memory with the set's epoch: a way is valid only
+    while its set's epoch equals the current epoch, so ``clear`` (and reset) empties the whole
+    set in one cycle by advancing the epoch. A scrubber rewrites one set per cycle without an
+    insert (every cycle of ``clear`` or reset included) with the current epoch, so no set's epoch
+    lags by more than ``sets`` + 1 advances and never comes round again (``epoch_bits`` >
+    log2(``sets`` + 2)). The current epoch is not reset: memories keep their contents over a
+    reset, and each reset cycle advances it. The set of a key is
+    ``(row ^ (row >> log2(sets)) ^ table) mod sets`` (docs/training.md section 5).
 
     Parameters
     ----------
@@ -24,6 +29,8 @@ class LoggedSet(wiring.Component):
         Number of sets, a power of two.
     ways : int
         Keys per set.
+    epoch_bits : int or None
+        Epoch width (default ``log2(sets) + 2``; tests use a narrow one to wrap it).
 
     Members
     -------
@@ -44,15 +51,20 @@ class LoggedSet(wiring.Component):
     Raises
     ------
     ValueError
-        If ``sets`` is not a power of two or ``ways`` < 1.
+        If ``sets`` is not a power of two, ``ways`` < 1 or ``epoch_bits`` too narrow.
     """
 
-    def __init__(self, sets, ways):
+    def __init__(self, sets, ways, *, epoch_bits=None):
         if not isinstance(sets, int) or sets < 1 or sets & (sets - 1):
             raise ValueError(f"LoggedSet: sets must be a power of two, got {sets!r}")
         if not isinstance(ways, int) or ways < 1:
             raise ValueError(f"LoggedSet: ways must be >= 1, got {ways!r}")
-        self._sets, self._ways = sets, ways
+        min_eb = (max(2, sets) + 2).bit_length()
+        epoch_bits = min_eb if epoch_bits is None else epoch_bits
+        if not isinstance(epoch_bits, int) or epoch_bits < min_eb:
+            raise ValueError(f"LoggedSet: epoch_bits must be >= {min_eb} for {sets} sets, "
+                             f"got {epoch_bits!r}")
+        self._sets, self._ways, self._eb = sets, ways, epoch_bits
         super().__init__({
             "row": In(32), "table": In(16), "hit": Out(1),
             "insert": In(1), "clear": In(1), "overflow": Out(32),
@@ -60,32 +72,49 @@ class LoggedSet(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        n_sets, n_ways = self._sets, self._ways
+        n_sets, n_ways, eb = self._sets, self._ways, self._eb
         s_bits = exact_log2(n_sets)
         mem_sets = max(2, n_sets)         # (depth >= 2: no zero-width address in Verilog)
         m.submodules.set_mem = set_mem = Memory(shape=n_ways * KEY_BITS, depth=mem_sets, init=[])
         set_rd = set_mem.read_port(domain="comb")
         set_wr = set_mem.write_port(granularity=KEY_BITS)
-        valid = Signal(mem_sets * n_ways)   # valid bits, way w of set i at bit i*n_ways + w
+        # per set: (valid bits, epoch); valid only while the epoch is the current one
+        m.submodules.valid_mem = valid_mem = Memory(shape=n_ways + eb, depth=mem_sets, init=[])
+        v_rd = valid_mem.read_port(domain="comb")
+        s_rd = valid_mem.read_port(domain="comb")     # the scrubber's
+        v_wr = valid_mem.write_port()
+        epoch = Signal(eb, reset_less=True)
+        scrub = Signal(range(mem_sets), reset_less=True)   # every cycle of a reset scrubs too
         key = Cat(self.row, self.table)
         h = Signal(range(mem_sets))
         m.d.comb += [h.eq((self.row ^ (self.row >> s_bits) ^ self.table) & (n_sets - 1)),
-                     set_rd.addr.eq(h)]
+                     set_rd.addr.eq(h), v_rd.addr.eq(h)]
         vbits = Signal(n_ways)
-        m.d.comb += vbits.eq(valid.word_select(h, n_ways))
+        m.d.comb += vbits.eq(Mux(v_rd.data[n_ways:] == epoch, v_rd.data[:n_ways], 0))
         m.d.comb += self.hit.eq(Cat(vbits[w] & (set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS]
                                                 == key) for w in range(n_ways)).any())
         free_onehot = Signal(n_ways)      # lowest-numbered invalid way
         for w in reversed(range(n_ways)):
             with m.If(~vbits[w]):
                 m.d.comb += free_onehot.eq(1 << w)
-        with m.If(self.insert):
-            with m.If(free_onehot != 0):
-                m.d.comb += [set_wr.addr.eq(h), set_wr.data.eq(Cat([key] * n_ways)),
-                             set_wr.en.eq(free_onehot)]
-                m.d.sync += valid.word_select(h, n_ways).eq(vbits | free_onehot)
-            with m.Else():
-                m.d.sync += self.overflow.eq(self.overflow + 1)
-        with m.If(self.clear):
-            m.d.sync += valid.eq(0)
+        advance = self.clear | ResetSignal()
+        with m.If(advance):
+            m.d.sync += epoch.eq(epoch + 1)
+        with m.If(self.insert & ~advance & (free_onehot != 0)):
+            m.d.comb += [set_wr.addr.eq(h), set_wr.data.eq(Cat([key] * n_ways)),
+                         set_wr.en.eq(free_onehot),
+                         v_wr.addr.eq(h), v_wr.data.eq(Cat(vbits | free_onehot, epoch)),
+                         v_wr.en.eq(1)]
+        with m.Else():
+            # scrub: set ``scrub`` gets the epoch in force next cycle, its ways emptied unless
+            # they are valid now and stay so
+            keep = Signal(n_ways)
+            m.d.comb += [s_rd.addr.eq(scrub),
+                         keep.eq(Mux(~advance & (s_rd.data[n_ways:] == epoch),
+                                     s_rd.data[:n_ways], 0)),
+                         v_wr.addr.eq(scrub), v_wr.data.eq(Cat(keep, (epoch + advance)[:eb])),
+                         v_wr.en.eq(1)]
+            m.d.sync += scrub.eq(scrub + 1)
+        with m.If(self.insert & (free_onehot == 0)):
+            m.d.sync += self.overflow.eq(self.overflow + 1)
         return m

@@ -37,11 +37,12 @@ raises unless its results file shows at least one test and no failure, since
 ``runner.test()`` returns normally when the test module failed to import.
 
 Verilator options: exactly the three waivers Amaranth output needs, plus ``--assert`` (the RTL's
-``Assert``s stop the simulation); only the top module's signals are public (``--no-public-flat-rw``
-and a control file: cocotb reaches the ports, Verilator may optimise everything below); the
-per-cycle C++ is compiled with ``-O2`` and the rest unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep
-Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog initialises
-every register explicitly, so no X-dependent behaviour is expected.
+``Assert``s stop the simulation); only the top module's signals are public
+(``--no-public-flat-rw`` and a control file: cocotb reaches the ports, Verilator may optimise
+everything below); the per-cycle C++ is compiled with ``-O2`` and the rest unoptimised (see
+``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep Verilator's defaults (``fast``/``unique``,
+which give zeros): Amaranth's Verilog initialises every register explicitly, so no
+X-dependent behaviour is expected.
 """
 from __future__ import annotations
 

@@ -176,8 +176,9 @@ CONFIGS = {
     #   8 lines each (max_reads/8) and all engine FIFOs fit distributed RAM or a few DP16KD.
     # - max_writes=64: pooled output lines are written at most at the row read rate.
     # - DCOH: 16 x 4 snoop filter, 4 BITags, 64 host reads/writes in flight, 64 write buckets.
-    # - UPDATE: 64 rows in flight (upd_rows; 8 x 8 in block RAM + 16 victims): at one line per 4 cycles
-    #   (128-bit beats) that covers a 256-cycle round trip (row read to write ack) at dim 16.
+    # - UPDATE: 64 rows in flight (upd_rows; 8 x 8 in block RAM + 16 victims): at one line per
+    #   4 cycles (128-bit beats) that covers a 256-cycle round trip (row read to write ack) at
+    #   dim 16.
     # - undo logger: 64 buffered lines (log_buffer_lines: 64 x 513 bit of data lines and
     #   64 x 122 bit of headers; as block RAM 15 + 4 DP16KD, width-bound at 36 bit each, of
     #   208), window 128 (a 128 x 2-bit FIFO).

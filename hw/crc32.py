@@ -2,8 +2,8 @@
 
 ``crc32_next(m, state, data, nbytes)`` is the CRC register after feeding ``nbytes`` bytes of
 ``data`` (byte 0 = ``data[0:8]``, each byte LSB first) into register ``state``; it is purely
-combinational (its mask ROM is added to module ``m``). Start from ``CRC32_INIT`` and invert at the end (``CRC32_XOROUT``) for the zlib
-value. The network is derived here from the bit-serial definition by symbolic execution over
+combinational (its mask ROM is added to module ``m``). Start from ``CRC32_INIT`` and invert at
+the end (``CRC32_XOROUT``) for the zlib value. The network is derived here from the bit-serial definition by symbolic execution over
 GF(2) (not from a table shared with the golden model, which uses ``zlib.crc32``).
 """
 from functools import lru_cache

@@ -1,5 +1,6 @@
-"""Shared pytest options: ``--seed`` (the default seed of randomized tests), ``--waves`` (sets ``WAVES=1``) and ``--require-icarus`` (the Icarus
-cross-check fails instead of skipping when ``iverilog`` is missing; ``make test-icarus``)."""
+"""Shared pytest options: ``--seed`` (the default seed of randomized tests), ``--waves`` (sets
+``WAVES=1``) and ``--require-icarus`` (the Icarus cross-check fails instead of skipping when
+``iverilog`` is missing; ``make test-icarus``)."""
 import os
 
 import pytest

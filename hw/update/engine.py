@@ -42,8 +42,8 @@ class UpdateEngine(wiring.Component):
     back-pressured) -> :class:`RowWriter` (W0 joins context, row line, delta line,
     ``ensure_done``; W1 subtracts, clamps, counts; write FIFO; full-line writes).
 
-    Same-row hazards: a tracker of the rows in flight (:class:`~hw.update.rows.RowTracker`: ``cfg.upd_rows``
-    entries of (row, lines issued, lines acknowledged) in ``cfg.upd_ways`` block-RAM ways,
+    Same-row hazards: a tracker of the rows in flight (:class:`~hw.update.rows.RowTracker`:
+    ``cfg.upd_rows`` entries of (row, lines issued, lines acknowledged) in ``cfg.upd_ways`` ways,
     indexed by an XOR fold of the row, plus ``cfg.upd_victims`` in an exact CAM for rows whose
     set is full; a row is held by one entry at most). An item waits one cycle in the row
     stage's holding register while its row is looked up (pipelined: one item per cycle); before
@@ -66,8 +66,9 @@ class UpdateEngine(wiring.Component):
     The entry index travels with each line (context FIFO, W0/W1, write FIFO, then a FIFO of
     entry indices in write order, matched to the in-order write acknowledgements); each
     acknowledgement counts in its entry, which frees when both counts agree. The tracker is
-    cleared whenever a command drains (after a stop, lines read but discarded are never acknowledged; the table is
-    then swept, ``upd_rows / upd_ways`` cycles, before the next command's first row).
+    cleared whenever a command drains (after a stop, lines read but discarded are never
+    acknowledged; the table is then swept, ``upd_rows / upd_ways`` cycles, before the next
+    command's first row).
 
     Errors and partial failure:
 
@@ -292,7 +293,8 @@ class UpdateEngine(wiring.Component):
         drained = (front.idle & ~front.items.valid & (s_slice.level == 0) &
                    (it_q.level == 0) & (g_slice.level == 0) & (g_q.level == 0) &
                    (h_slice.level == 0) & (grad_pend == 0) & ~deltas.busy &
-                   ~rows.holding & (rows.held == 0) & ~writer.busy & (ens_slice.level == 0) & (ens_out == 0))
+                   ~rows.holding & (rows.held == 0) & ~writer.busy &
+                   (ens_slice.level == 0) & (ens_out == 0))
         cpl = self.cpl.payload
         m.d.comb += [
             cpl.err_code.eq(err_code), cpl.err_bag.eq(err_bag), cpl.err_value.eq(err_value),

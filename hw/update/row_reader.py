@@ -18,8 +18,8 @@ class RowReader(wiring.Component):
     repeated every cycle it waits). Before its first line: no match, it takes a free entry and
     reads its lines (RdOwn); a match, it joins that entry and reads nothing (its lines are
     forwarded from the row's previous item at the write stage); no entry can take its row, it
-    waits (``stalls`` counts these cycles). Unless ``nolog``, an item also waits for its own ``ensure_done``
-    (``answered`` counts them in; ``ens_ahead`` of them are waiting). One line per cycle, each
+    waits (``stalls`` counts these cycles). Unless ``nolog``, an item also waits for its own
+    ``ensure_done`` (``answered`` counts them in; ``ens_ahead`` of them are waiting). One line per cycle, each
     with a context entry; at most ``max_lines`` lines read and not yet taken by the write stage
     (so row responses always have room).
 

@@ -62,16 +62,21 @@ class ChannelSet:
         """Cycle number of the rising edge at simulation time ``t`` (steps)."""
         return 1 + (t - self._t0) // self._period
 
-    def add_out(self, name, layout, pop, on_sent, pauses=None, idle_payload=None):
-        """``idle_payload``: payload driven while valid is low (default: the last one stays;
-        a stream's payload is meaningless without valid, and a DUT must not look at it)."""
+    def _channel(self, name, layout):
+        """(codec, payload, valid, ready) of channel ``name``; its payload width must be the
+        layout's."""
         from cosim.streams import PayloadCodec
         codec = layout if isinstance(layout, PayloadCodec) else PayloadCodec(layout)
         payload = getattr(self.dut, f"{name}__payload")
         if len(payload) != codec.width:
             raise ValueError(f"{name}__payload is {len(payload)} bits, layout is {codec.width}")
-        valid = getattr(self.dut, f"{name}__valid")
-        ready = getattr(self.dut, f"{name}__ready")
+        return (codec, payload, getattr(self.dut, f"{name}__valid"),
+                getattr(self.dut, f"{name}__ready"))
+
+    def add_out(self, name, layout, pop, on_sent, pauses=None, idle_payload=None):
+        """``idle_payload``: payload driven while valid is low (default: the last one stays;
+        a stream's payload is meaningless without valid, and a DUT must not look at it)."""
+        codec, payload, valid, ready = self._channel(name, layout)
         valid.value = 0
         self.outs.append({"name": name, "codec": codec, "payload": payload, "valid": valid,
                           "ready": fast_getter(ready), "pop": pop, "on_sent": on_sent,
@@ -79,13 +84,7 @@ class ChannelSet:
                           "idle": None if idle_payload is None else codec.pack(idle_payload)})
 
     def add_in(self, name, layout, on_recv, pauses=None):
-        from cosim.streams import PayloadCodec
-        codec = layout if isinstance(layout, PayloadCodec) else PayloadCodec(layout)
-        payload = getattr(self.dut, f"{name}__payload")
-        if len(payload) != codec.width:
-            raise ValueError(f"{name}__payload is {len(payload)} bits, layout is {codec.width}")
-        valid = getattr(self.dut, f"{name}__valid")
-        ready = getattr(self.dut, f"{name}__ready")
+        codec, payload, valid, ready = self._channel(name, layout)
         ready.value = 0
         self.ins.append({"name": name, "codec": codec, "payload": fast_getter(payload),
                          "valid": fast_getter(valid), "ready": ready, "on_recv": on_recv,

@@ -11,7 +11,7 @@ from ..snapshot.engine import start_layout as snap_start_layout
 from ..update.layouts import update_cmd_layout, update_cpl_layout
 from .decoder import DescriptorDecoder, desc_layout
 from .errors import ErrorRegisters
-from .ring import RING_REGS, RingRegisters
+from .ring import RING_REGS, RingRegisters, checked_csr_addr
 
 __all__ = ["CommandProcessor", "RING_REGS", "CMDPROC_ID"]
 
@@ -91,11 +91,8 @@ class CommandProcessor(wiring.Component):
     """
 
     def __init__(self, cfg: DeviceConfig, csr_addr: dict):
-        missing = [r for r in (*RING_REGS, "control") if r not in csr_addr]
-        if missing:
-            raise KeyError(f"csr_addr has no address for {missing!r}")
         self._cfg = cfg
-        self._csr_addr = dict(csr_addr)
+        self._csr_addr = checked_csr_addr(csr_addr)
         ab = cfg.addr_bits
         members = {
             "mem": Out(DeviceRequestSignature(ab)),

@@ -14,6 +14,15 @@ RING_REGS = ("cmd_base_lo", "cmd_base_hi", "cmd_size", "cpl_base_lo", "cpl_base_
 MAX_RING = 65536
 
 
+def checked_csr_addr(csr_addr: dict) -> dict:
+    """A copy of ``csr_addr``; ``KeyError`` if it lacks a register of ``RING_REGS`` or
+    ``"control"``."""
+    missing = [r for r in (*RING_REGS, "control") if r not in csr_addr]
+    if missing:
+        raise KeyError(f"csr_addr has no address for {missing!r}")
+    return dict(csr_addr)
+
+
 class RingRegisters(wiring.Component):
     """The accepted ring configuration and the ring indices (docs/training.md sections 1-3).
 
@@ -73,10 +82,7 @@ class RingRegisters(wiring.Component):
     """
 
     def __init__(self, cfg: DeviceConfig, csr_addr: dict):
-        missing = [r for r in (*RING_REGS, "control") if r not in csr_addr]
-        if missing:
-            raise KeyError(f"csr_addr has no address for {missing!r}")
-        self._cfg, self._csr_addr = cfg, dict(csr_addr)
+        self._cfg, self._csr_addr = cfg, checked_csr_addr(csr_addr)
         members = {
             "ready": In(1), "executing": In(1), "persist_busy": In(1),
             "recover_req": In(1), "recover": Out(1), "advance": In(1),

@@ -4,7 +4,9 @@ build/bench/.
     trainingcxl bench [--quick] [--verilator]
 
 ``--verilator`` adds the Verilator-alone speed of the full device (``verilator_speed``: one
-C++-only build per configuration and option set, several minutes each when cold).
+C++-only build per configuration and option set, several minutes each when cold), idle and
+under the training job's load (a 4-batch `trainingcxl train` with one power failure recorded
+cycle by cycle, then replayed from C++ with every output checked).
 """
 import argparse
 
@@ -23,5 +25,5 @@ def main(argv=None):
     rc = rc or training.main(extra)
     if args.verilator and not rc:
         from trainingcxl.bench import verilator_speed
-        rc = verilator_speed.main([])
+        rc = verilator_speed.main(["--record", "4"])
     return rc

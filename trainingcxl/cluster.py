@@ -264,12 +264,16 @@ def open_executor(workers: int | None = None, scheduler: str | None = None, *,
         else:
             client = Client(scheduler, timeout=timeout)
             what = f"scheduler {scheduler}"
-    except (OSError, TimeoutError) as e:
+    except (OSError, TimeoutError, RuntimeError) as e:
+        # OSError/TimeoutError: nobody answered at the address; RuntimeError: the local
+        # cluster's processes did not start (for example a script without an
+        # ``if __name__ == "__main__":`` guard, which spawned workers re-run)
         if cluster is not None:
             cluster.close()
-        where = (f"the Dask scheduler at {scheduler!r}" if scheduler is not None
-                 else f"a local cluster of {workers} workers")
-        raise ClusterError(f"could not reach {where} within {timeout:g} s "
+        if scheduler is not None:
+            raise ClusterError(f"could not reach the Dask scheduler at {scheduler!r} within "
+                               f"{timeout:g} s ({type(e).__name__}: {e})") from None
+        raise ClusterError(f"could not start a local cluster of {workers} workers "
                            f"({type(e).__name__}: {e})") from None
     try:
         yield DaskExecutor(client, retries=retries, description=what)

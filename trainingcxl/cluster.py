@@ -33,10 +33,22 @@ import threading
 import uuid
 from contextlib import contextmanager
 
-__all__ = ["CONNECT_TIMEOUT_S", "ClusterError", "SerialExecutor", "DaskExecutor",
+__all__ = ["CONNECT_TIMEOUT_S", "QUIET_CONFIG", "ClusterError", "SerialExecutor", "DaskExecutor",
            "open_executor", "add_arguments", "check_arguments", "executor_from_args"]
 
 CONNECT_TIMEOUT_S = 30.0
+
+# Dask settings for the local cluster (scheduler, nannies, workers) and the client. A task
+# waits on a simulator process most of the time, and on a loaded machine every cycle the Dask
+# processes take is a cycle the simulators lose: no statistical profiler sampling the task
+# thread every 10 ms, no GIL monitor, event-loop health checks and resource samples at a
+# slower pace. (A cluster joined with --scheduler keeps its own settings; docs/campaigns.md.)
+QUIET_CONFIG = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.system-monitor.gil.enabled": False,
+    "distributed.admin.system-monitor.interval": "2s",
+    "distributed.admin.tick.interval": "500ms",
+}
 
 
 class ClusterError(RuntimeError):
@@ -247,6 +259,16 @@ def open_executor(workers: int | None = None, scheduler: str | None = None, *,
         yield SerialExecutor()
         return
 
+    import dask
+
+    with dask.config.set(QUIET_CONFIG):
+        with _connect(workers, scheduler, timeout) as (client, what):
+            yield DaskExecutor(client, retries=retries, description=what)
+
+
+@contextmanager
+def _connect(workers: int | None, scheduler: str | None, timeout: float):
+    """A connected ``(client, description)``; the local cluster, if any, closed after."""
     import logging
 
     from distributed import Client, LocalCluster
@@ -276,7 +298,7 @@ def open_executor(workers: int | None = None, scheduler: str | None = None, *,
         raise ClusterError(f"could not start a local cluster of {workers} workers "
                            f"({type(e).__name__}: {e})") from None
     try:
-        yield DaskExecutor(client, retries=retries, description=what)
+        yield client, what
     finally:
         client.close()
         if cluster is not None:

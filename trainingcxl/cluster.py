@@ -260,6 +260,8 @@ def open_executor(workers: int | None = None, scheduler: str | None = None, *,
         return
 
     import dask
+    import distributed  # noqa: F401 - its config defaults must exist before config.set,
+    # which would otherwise drop them again on exit
 
     with dask.config.set(QUIET_CONFIG):
         with _connect(workers, scheduler, timeout) as (client, what):

@@ -21,20 +21,23 @@ A worker lost mid-campaign (killed, out of memory, its machine gone) does not lo
 the scheduler runs them again on another worker (up to ``distributed.scheduler.allowed-failures``
 worker deaths per task, 3 by default), and a task that raised is retried ``retries`` times
 before the campaign fails. Tasks must therefore be idempotent: each writes only into its own
-results directory, which it empties first.
+results directory, in a fresh attempt directory (:func:`fresh_task_dir`).
 
 The command-line side is :func:`add_arguments` / :func:`check_arguments`, shared by
 ``trainingcxl crash``, ``study``, ``stress`` and ``bench``.
 """
 from __future__ import annotations
 
+import shutil
 import sys
 import threading
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 
 __all__ = ["CONNECT_TIMEOUT_S", "QUIET_CONFIG", "ClusterError", "SerialExecutor", "DaskExecutor",
-           "open_executor", "add_arguments", "check_arguments", "executor_from_args"]
+           "open_executor", "fresh_task_dir", "add_arguments", "check_arguments",
+           "executor_from_args"]
 
 CONNECT_TIMEOUT_S = 30.0
 
@@ -305,6 +308,22 @@ def _connect(workers: int | None, scheduler: str | None, timeout: float):
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+def fresh_task_dir(path) -> Path:
+    """A new, empty attempt directory ``path/attempt-<id>`` for a task whose results go under
+    ``path``; whatever an earlier attempt left there is removed first.
+
+    A task runs again when its worker was lost, and the simulator that worker had started may
+    outlive it. Such an orphan appends to files under the old attempt directory; once that is
+    gone its next write fails and it ends, instead of mixing its lines into the new attempt's.
+    """
+    path = Path(path)
+    if path.exists():
+        shutil.rmtree(path)
+    attempt = path / f"attempt-{uuid.uuid4().hex[:8]}"
+    attempt.mkdir(parents=True)
+    return attempt
 
 
 def add_arguments(parser) -> None:

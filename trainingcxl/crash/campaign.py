@@ -103,8 +103,10 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
 @dataclass(frozen=True)
 class CrashPart:
     """One task of a campaign: the points with indices in ``[start, stop)``, run in their own
-    simulator launch (its own reference run) with results in ``out`` (``points.jsonl``, one
-    ``run<k>`` directory per launch). The other fields are the campaign's (:func:`run_campaign`).
+    simulator launch (its own reference run) with results in ``out/attempt-<id>``
+    (``points.jsonl``, one ``run<k>`` directory per launch;
+    :func:`~trainingcxl.cluster.fresh_task_dir`). The other fields are the campaign's
+    (:func:`run_campaign`).
     """
     start: int
     stop: int
@@ -142,10 +144,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
     build = part.build
     if not cb.is_built(build):
         build = cb.device_build(part.cfg)
-    out = Path(part.out)
-    if out.exists():                 # a re-run of this task (its worker was lost): start afresh
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
     skip, restarts, sim_errors = part.start, 0, []

@@ -52,9 +52,10 @@ class CrashParams:
     reference run), ``range:A:B`` (every cycle in ``[A, B)``) or a comma-separated list of
     cycles. ``skip``: points already done (resume after a simulator death); ``stop``: the index
     after the last point of this launch (None: every point), so a campaign split into tasks
-    gives each launch the points ``skip <= i < stop``. ``chunk``: points per snapshot pass. ``workload``: keyword arguments of ``make_workload``. ``results``:
-    JSON-lines file (one ``reference`` line, then ``pass``/``start``/``point`` lines; the
-    campaign runner follows it for its progress bar). ``via_host``: descriptors/completions
+    gives each launch the points ``skip <= i < stop``. ``chunk``: points per snapshot pass.
+    ``workload``: keyword arguments of ``make_workload``. ``results``: JSON-lines file (one
+    ``reference`` line, then ``pass``/``start``/``point`` lines; the campaign runner follows it
+    for its progress bar). ``via_host``: descriptors/completions
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
     ``profile``: a path for cProfile statistics of the points loop.

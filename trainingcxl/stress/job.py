@@ -36,8 +36,8 @@ WALL_CLOCK_FIELDS = ("wall_s", "host_messages_per_s", "cycles_per_s", "wall_tota
 @dataclass(frozen=True)
 class StressBlock:
     """One task: ``messages`` host messages with ``seed``; the result JSON and the simulator
-    run directory go to ``out``. ``build``: the DCOH test top's build (``cosim.build.Build``),
-    rebuilt from ``config`` on a worker whose cache does not hold it."""
+    run directory go to ``out/attempt-<id>``. ``build``: the DCOH test top's build
+    (``cosim.build.Build``), rebuilt from ``config`` on a worker whose cache does not hold it."""
     index: int
     seed: int
     messages: int
@@ -75,10 +75,7 @@ def run_block(block: StressBlock, *, progress=None) -> dict:
     from trainingcxl.stress.tb import StressParams
 
     b = block.build if cb.is_built(block.build) else _build(block.config)
-    out = Path(block.out)
-    if out.exists():                # a re-run of this task (its worker was lost): start afresh
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out = cluster.fresh_task_dir(block.out)    # a re-run (its worker was lost) starts afresh
     result = out / "result.json"
     run_params = StressParams(
         bench=BenchConfig(_device_config(block.config), latency=block.latency,

@@ -51,6 +51,11 @@ QUIET_CONFIG = {
     "distributed.admin.system-monitor.gil.enabled": False,
     "distributed.admin.system-monitor.interval": "2s",
     "distributed.admin.tick.interval": "500ms",
+    # the nanny's environment for its worker, which the simulators inherit: single-threaded
+    # BLAS (one task per core), but not Dask's MALLOC_TRIM_THRESHOLD_=65536 (memory handed
+    # back to the kernel eagerly), so a simulator's allocator behaves as in a serial run
+    "distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1, "MKL_NUM_THREADS": 1,
+                                            "OPENBLAS_NUM_THREADS": 1},
 }
 
 

@@ -9,14 +9,18 @@ from trainingcxl.crash.campaign import merge_parts, plan_parts, summarize
 from trainingcxl.stress.job import merge_blocks
 
 
-@pytest.mark.parametrize("expected, tasks, task_points", [
-    (20, 1, 100), (20, 2, 100), (7, 2, 100), (1000, 2, 100), (5, 8, 100), (250, 3, 40)])
-def test_plan_parts_cover_every_point_once(expected, tasks, task_points):
-    ranges = plan_parts(expected, tasks=tasks, task_points=task_points)
+@pytest.mark.parametrize("expected, workers, task_points", [
+    (20, None, 100), (20, 1, 100), (20, 2, 100), (7, 2, 100), (1000, 2, 100), (5, 8, 100),
+    (250, 3, 40), (1000, 1, 100)])
+def test_plan_parts_cover_every_point_once(expected, workers, task_points):
+    ranges = plan_parts(expected, workers=workers, task_points=task_points)
     covered = [i for a, b in ranges for i in range(a, b)]
     assert covered == list(range(expected)), ranges
-    assert all(b - a <= task_points for a, b in ranges) or tasks == 1, ranges
-    assert len(ranges) == 1 if tasks == 1 else len(ranges) >= min(tasks, expected), ranges
+    if workers is None:
+        assert ranges == [(0, expected)]
+    else:
+        assert all(b - a <= task_points for a, b in ranges), ranges
+        assert len(ranges) >= min(workers, expected), ranges
 
 
 def _point(i, rng):

@@ -192,18 +192,19 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
     return {"records": _read_lines(results), "restarts": restarts, "sim_errors": sim_errors}
 
 
-def plan_parts(expected: int, *, tasks: int = 1, task_points: int = DEFAULT_TASK_POINTS) \
-        -> list[tuple[int, int]]:
+def plan_parts(expected: int, *, workers: int | None = None,
+               task_points: int = DEFAULT_TASK_POINTS) -> list[tuple[int, int]]:
     """Contiguous index ranges ``[start, stop)`` covering ``range(expected)``.
 
-    One range when ``tasks`` is 1 (the serial campaign: one launch, as before tasks existed);
-    otherwise ranges of at most ``task_points`` points, and at least ``tasks`` ranges when
-    there are enough points, so every worker gets work."""
+    ``workers=None`` (the serial campaign): one range, i.e. one launch, as before tasks
+    existed. On a cluster: ranges of at most ``task_points`` points, and at least ``workers``
+    ranges when there are enough points, so every worker gets work (a cluster that is still
+    starting its workers reports 1, and still gets ranges of ``task_points``)."""
     if expected <= 0:
         return []
-    if tasks <= 1:
+    if workers is None:
         return [(0, expected)]
-    size = max(1, min(task_points, -(-expected // tasks)))
+    size = max(1, min(task_points, -(-expected // max(1, workers))))
     return [(a, min(a + size, expected)) for a in range(0, expected, size)]
 
 
@@ -258,8 +259,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
         build = cb.device_build(cfg)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
-    tasks = 1 if isinstance(executor, SerialExecutor) else executor.workers
-    ranges = plan_parts(expected, tasks=tasks, task_points=task_points)
+    workers = None if isinstance(executor, SerialExecutor) else executor.workers
+    ranges = plan_parts(expected, workers=workers, task_points=task_points)
     if (out / "parts").exists():
         shutil.rmtree(out / "parts")
     parts = [CrashPart(start=a, stop=b, out=str(out / "parts" / f"{a:06d}-{b:06d}"), build=build,

@@ -307,6 +307,13 @@ def _connect(workers: int | None, scheduler: str | None, timeout: float):
                                f"{timeout:g} s ({type(e).__name__}: {e})") from None
         raise ClusterError(f"could not start a local cluster of {workers} workers "
                            f"({type(e).__name__}: {e})") from None
+    except Exception as e:  # noqa: BLE001 - something answered, but not a Dask scheduler
+        if cluster is not None:
+            cluster.close()
+        where = f"at {scheduler!r}" if scheduler is not None else "of the local cluster"
+        raise ClusterError(f"the Dask handshake with the scheduler {where} failed "
+                           f"({type(e).__name__}: {str(e)[:300]}); is it a Dask scheduler's "
+                           "address (tcp://host:8786)?") from None
     try:
         yield client, what
     finally:

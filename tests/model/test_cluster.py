@@ -2,11 +2,13 @@
 cluster give the same results in item order, progress reaches the total, a failing task fails the
 map, a worker killed mid-campaign has its task re-run, bad options and an unreachable scheduler
 give clear errors (exit 2), and the serial path never imports ``distributed``."""
-import argparse
+import contextlib
 import functools
 import random
+import socket
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -66,6 +68,33 @@ def test_unreachable_scheduler_is_a_clear_error_not_a_hang():
     with pytest.raises(ClusterError, match="could not reach the Dask scheduler"):
         with open_executor(scheduler="tcp://127.0.0.1:9", timeout=1):
             pass
+    assert time.monotonic() - t0 < 30
+
+
+def test_an_address_that_is_not_a_scheduler_is_a_clear_error(seed):
+    """Something listens, but answers with bytes that are not Dask's protocol."""
+    rng = random.Random(seed)
+    junk = bytes(rng.randrange(256) for _ in range(64))
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    srv.settimeout(10)
+
+    def answer():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = srv.accept()
+                with conn:
+                    conn.sendall(junk)
+
+    threading.Thread(target=answer, daemon=True).start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(ClusterError, match="scheduler at 'tcp://127.0.0.1:"):
+            with open_executor(scheduler=f"tcp://127.0.0.1:{srv.getsockname()[1]}", timeout=1):
+                pass
+    finally:
+        srv.close()
     assert time.monotonic() - t0 < 30
 
 

@@ -2,17 +2,22 @@
 
 Contract: docs/coherence.md (message table, regions, blocking, errors). Structure:
 
-- **Host lane** (one message per cycle): BIRsp, then RwD, then a parked Req that a BIRsp woke,
-  then a new Req. It alone writes the snoop filter, frees BITags and answers the host (NDR via
-  one in-order FIFO, DRS for NXM/refused reads), and issues host media reads/writes.
-- **Device read lane** and **device write lane** (one request each per cycle): the engines'
-  device request port. They only read the snoop filter; when the host may hold the line they
-  allocate a BITag and send a BISnp, and retry until the snoop filter allows the access.
-- Media reads of the host lane and the device read lane are merged round-robin onto ``mem``;
-  writes of both lanes enter one queue in service order (a host write first, a device write
-  that lost the slot in the next cycle), so same-line writes reach the media in service order.
-  A context FIFO per direction (pushed in ``mem`` request order) routes the responses back:
-  host read → DRS MemData, host write → NDR Cmp, device → ``dev`` by id.
+- **Host lane** (one message per cycle; here): BIRsp, then RwD, then a parked Req that a BIRsp
+  woke, then a new Req; each Req's action from :class:`~.decode.ReqDecode`. It alone writes
+  the snoop filter, frees BITags and answers the host (NDR via one in-order FIFO, DRS for
+  NXM/refused reads), and issues host media reads/writes.
+- **Device read lane** and **device write lane** (:class:`~.device_lanes.DeviceLanes`, one
+  request each per cycle): the engines' device request port. They only read the snoop filter;
+  when the host may hold the line they allocate a BITag and send a BISnp, and retry until the
+  snoop filter allows the access.
+- **Media side** (:class:`~.routing.MediaRouting`): media reads of the host lane and the device
+  read lane are merged round-robin onto ``mem``; writes of both lanes enter one queue in
+  service order (a host write first, a device write that lost the slot in the next cycle), so
+  same-line writes reach the media in service order. A context FIFO per direction (pushed in
+  ``mem`` request order) routes the responses back: host read → DRS MemData, host write → NDR
+  Cmp, device → ``dev`` by id.
+- **Stores**: :class:`~.snoop_filter.SnoopFilter`, the BITag tracker
+  :class:`~.tracker.BITracker`, the write buckets and poison table (:mod:`.hazards`).
 
 Requirements on ``mem`` (MediaAXI meets them: one AXI ID): read responses return in read-request
 order and write responses in write-request order, across ids.
@@ -26,30 +31,30 @@ soundness.
 ``obs_sf_state``, ``obs_bisnp_pending``, ``obs_req_served``/``obs_req_served_line``,
 ``obs_trk_valid`` out.
 """
-from amaranth.hdl import Module, Signal, Assert, Cat, Const, Mux
+from amaranth.hdl import Module, Signal, Assert, Cat, Mux
 from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2
 
 from ..config import DeviceConfig, REGIONS
 from ..cxl.messages import host_channel_members
-from ..cxl_encodings import (ReqOpcode, RwDOpcode, BIRspOpcode, BISnpOpcode, NDROpcode,
-                             DRSOpcode, MetaField, MetaValue, SnpType, DcohError, HOST_MEDIA_ID)
+from ..cxl_encodings import (RwDOpcode, BIRspOpcode, BISnpOpcode, NDROpcode,
+                             MetaField, MetaValue, SnpType, DcohError, HOST_MEDIA_ID)
 from ..reqport import DeviceRequestSignature, RD_OWN
+from .decode import (ReqDecode, A_SPEC, A_ERR_RD, A_ERR_ND, A_RDCUR, A_RD_S, A_RD_A, A_INV_A,
+                     A_INV_I)
+from .device_lanes import DeviceLanes
 from .snoop_filter import SnoopFilter, SF_I, SF_S, SF_A
 from .tracker import BITracker
 from .hazards import WriteBuckets, PoisonTable
-from .merge import RoundRobinMerge
+from .routing import (MediaRouting, LANE_FIFO, host_read_layout, device_read_layout,
+                      write_layout, ndr_entry_layout)
 
 __all__ = ["DCOH", "STATUS_PORTS", "status_members", "forward_status"]
 
-LANE_FIFO = 3  # SyncFIFOBuffered depth (>= 3: a depth-1 inner FIFO has a zero-width address)
 ALL_BE = (1 << 64) - 1
 
 # host lane event sources
 SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ = range(5)
-# Req actions
-(A_SPEC, A_ERR_RD, A_ERR_ND, A_RDCUR, A_RD_S, A_RD_A, A_INV_A, A_INV_I) = range(8)
 
 
 # status outputs of the DCOH that a top forwards as its own ports
@@ -150,41 +155,11 @@ class DCOH(wiring.Component):
         return (flags["table"] | flags["staging"], flags["superblock"] | flags["slots"],
                 flags["log"])
 
-    @staticmethod
-    def _route_response(m, resp, ctx, to_host, host_ready, dev_resp):
-        """Route media response stream ``resp`` by the head of its context FIFO ``ctx``: to the
-        host side (``to_host``; taken with ``host_ready``) or to the engines' ``dev_resp``
-        (id copied; the caller sets the rest of its payload). Pops ``ctx`` with each transfer.
-        Returns (host-side valid, transfer strobe)."""
-        host_valid = Signal()
-        done = Signal()
-        m.d.comb += [
-            host_valid.eq(resp.valid & ctx.r_rdy & to_host),
-            resp.ready.eq(ctx.r_rdy & Mux(to_host, host_ready, dev_resp.ready)),
-            done.eq(resp.valid & resp.ready),
-            ctx.r_en.eq(done),
-            dev_resp.valid.eq(resp.valid & ctx.r_rdy & ~to_host),
-            dev_resp.payload.id.eq(resp.payload.id),
-        ]
-        return host_valid, done
-
-    @staticmethod
-    def _stable_load(m, st, live, name):
-        """``dev_load`` for an output stream, held while a message waits for ready (payload
-        stable while valid), else the live value."""
-        hold = Signal(name=f"{name}_load_hold")
-        held = Signal(2, name=f"{name}_load_held")
-        out = Signal(2, name=f"{name}_dev_load")
-        m.d.comb += out.eq(Mux(hold, held, live))
-        m.d.sync += [hold.eq(st.valid & ~st.ready), held.eq(out)]
-        return out
-
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
         ab = cfg.addr_bits
         lb = ab - 6
-        hb = ceil_log2(cfg.wr_buckets)
         n_ways = cfg.sf_ways
 
         # ---------------------------------------------------------------- stores
@@ -208,12 +183,10 @@ class DCOH(wiring.Component):
 
 
         # ---------------------------------------------------------------- lane output FIFOs
-        h_rd_l = data.StructLayout({"line": lb, "tag": 16, "poison": 1})
-        d_rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "poison": 1})
+        h_rd_l, d_rd_l = host_read_layout(lb), device_read_layout(lb)
         # one write queue for both lanes, filled in service order: two writes to a line reach
         # the media in the order the DCOH served them (the media port keeps write order)
-        wr_l = data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1, "tag": 16})
-        ndr_l = data.StructLayout({"opcode": 3, "tag": 16})
+        wr_l, ndr_l = write_layout(lb), ndr_entry_layout()
         m.submodules.h_rd = h_rd = fifo.SyncFIFOBuffered(width=h_rd_l.size, depth=LANE_FIFO)
         m.submodules.d_rd = d_rd = fifo.SyncFIFOBuffered(width=d_rd_l.size, depth=LANE_FIFO)
         m.submodules.wr_q = wr_q = fifo.SyncFIFOBuffered(width=wr_l.size, depth=LANE_FIFO)
@@ -299,43 +272,11 @@ class DCOH(wiring.Component):
         m.d.comb += ev_parked.eq(Cat(pk_valid[i] & (pk[i].line == ev.line) for i in range(P)).any())
 
         # ---- Req decode
-        act = Signal(range(8))
-        act_err = Signal(4)
-        legal = Signal(range(8))      # action if the combination is legal, else A_ERR_*
-        is_rd_op = Signal()
+        m.submodules.decode = dec = ReqDecode()
+        m.d.comb += [dec.opcode.eq(ev.opcode), dec.snp.eq(ev.snp), dec.mf.eq(ev.mf),
+                     dec.mv.eq(ev.mv), dec.rw.eq(ev_rw), dec.ro.eq(ev_ro), dec.nxm.eq(ev_nxm)]
+        act, act_err = dec.act, dec.err
         meta0 = ev.mf == MetaField.META0_STATE
-        m.d.comb += is_rd_op.eq((ev.opcode == ReqOpcode.MEM_RD) |
-                                (ev.opcode == ReqOpcode.MEM_RD_DATA))
-        m.d.comb += legal.eq(Mux(is_rd_op, A_ERR_RD, A_ERR_ND))
-        with m.Switch(ev.opcode):
-            with m.Case(ReqOpcode.MEM_RD):
-                with m.If((ev.snp == SnpType.SNP_INV) & meta0 & (ev.mv == MetaValue.A)):
-                    m.d.comb += legal.eq(A_RD_A)
-                with m.Elif((ev.snp == SnpType.SNP_DATA) & meta0 & (ev.mv == MetaValue.S)):
-                    m.d.comb += legal.eq(A_RD_S)
-                with m.Elif((ev.snp == SnpType.SNP_CUR) & (ev.mf == MetaField.NO_OP)):
-                    m.d.comb += legal.eq(A_RDCUR)
-            with m.Case(ReqOpcode.MEM_RD_DATA):
-                with m.If(ev.snp == SnpType.SNP_DATA):
-                    m.d.comb += legal.eq(A_RD_A)
-            with m.Case(ReqOpcode.MEM_INV, ReqOpcode.MEM_INV_NT):
-                with m.If((ev.snp == SnpType.SNP_INV) & meta0 & (ev.mv == MetaValue.A)):
-                    m.d.comb += legal.eq(A_INV_A)
-                with m.Elif((ev.snp == SnpType.SNP_INV) & meta0 & (ev.mv == MetaValue.I)):
-                    m.d.comb += legal.eq(A_INV_I)
-            with m.Case(ReqOpcode.MEM_CLN_EVCT):
-                with m.If((ev.snp == SnpType.NO_OP) & meta0 & (ev.mv == MetaValue.I)):
-                    m.d.comb += legal.eq(A_INV_I)
-            with m.Case(ReqOpcode.MEM_SPEC_RD):
-                m.d.comb += legal.eq(A_SPEC)
-        m.d.comb += act.eq(legal)
-        with m.If((legal == A_ERR_RD) | (legal == A_ERR_ND)):
-            m.d.comb += act_err.eq(DcohError.ILLEGAL_REQ)
-        with m.Elif(legal != A_SPEC):
-            ok_region = ev_rw | ((legal == A_RDCUR) & ev_ro)
-            with m.If(ev_nxm | ~ok_region):
-                m.d.comb += [act.eq(Mux(is_rd_op, A_ERR_RD, A_ERR_ND)),
-                             act_err.eq(Mux(ev_nxm, DcohError.NXM, DcohError.REFUSED))]
 
         needs_media_rd = (act == A_RDCUR) | (act == A_RD_S) | (act == A_RD_A)
         needs_entry = (act == A_RD_S) | (act == A_RD_A) | (act == A_INV_A)
@@ -384,8 +325,7 @@ class DCOH(wiring.Component):
         h_conflict = Signal()
 
         ndr_room = ndr_h.w_rdy
-        dw_ok = Signal()      # the device write lane could write this cycle
-        dw_turn = Signal()    # it lost the write slot to the host last cycle: its turn now
+        dw_turn = Signal()    # the device write lost the write slot to the host last cycle
         is_req = (src == SRC_REQ) | (src == SRC_PARK)
         can_park = (src == SRC_PARK) | ~pk_full
 
@@ -547,22 +487,23 @@ class DCOH(wiring.Component):
         m.d.comb += [lk_dr.line.eq(dr_line), cam_dr.line.eq(dr_line), poison.q[1].line.eq(dr_line),
                      host_wb.q[1].line.eq(dr_line), lk_dw.line.eq(dw_line),
                      cam_dw.line.eq(dw_line)]
-        dr_yield = ev_valid & (ev.line == dr_line)
-        dw_yield = ev_valid & (ev.line == dw_line)
-        dr_snoop = Mux(dr.payload.op == RD_OWN, lk_dr.state != SF_I, lk_dr.state == SF_A)
-        dw_snoop = lk_dw.state != SF_I
-        dr_go = Signal()
-        dw_go = Signal()
-        dr_alloc = Signal()
-        dw_alloc = Signal()
+        m.submodules.dev_lanes = lanes = DeviceLanes(line_bits=lb)
         m.d.comb += [
-            dr_go.eq(ready & dr.valid & ~dr_yield & ~cam_dr.hit & ~dr_snoop & d_rd.w_rdy &
-                     ~host_wb.q[1].busy),
-            dw_go.eq(dw_ok & ~(h_do & h_media_wr)),
-            dr_alloc.eq(ready & dr.valid & ~dr_yield & ~cam_dr.hit & dr_snoop & ~trk.full &
-                        ~(h_do & h_alloc)),
-            dw_alloc.eq(ready & dw.valid & ~dw_yield & ~cam_dw.hit & dw_snoop & ~trk.full &
-                        ~(h_do & h_alloc) & ~dr_alloc),
+            lanes.rd_line.eq(dr_line), lanes.rd_valid.eq(dr.valid),
+            lanes.rd_own.eq(dr.payload.op == RD_OWN),
+            lanes.wr_line.eq(dw_line), lanes.wr_valid.eq(dw.valid),
+            lanes.rd_sf_state.eq(lk_dr.state), lanes.wr_sf_state.eq(lk_dw.state),
+            lanes.rd_bisnp.eq(cam_dr.hit), lanes.wr_bisnp.eq(cam_dw.hit),
+            lanes.rd_host_write.eq(host_wb.q[1].busy),
+            lanes.ready.eq(ready), lanes.host_valid.eq(ev_valid), lanes.host_line.eq(ev.line),
+            lanes.host_alloc.eq(h_do & h_alloc), lanes.host_write.eq(h_do & h_media_wr),
+            lanes.tags_full.eq(trk.full), lanes.rd_room.eq(d_rd.w_rdy),
+            lanes.wr_room.eq(wr_q.w_rdy),
+            dw_turn.eq(lanes.wr_turn),
+        ]
+        dr_go, dw_go = lanes.rd_go, lanes.wr_go
+        dr_alloc, dw_alloc = lanes.rd_alloc, lanes.wr_alloc
+        m.d.comb += [
             dr.ready.eq(dr_go), dw.ready.eq(dw_go),
             d_rd.w_en.eq(dr_go),
             d_rd.w_data.eq(Cat(dr.payload.id, dr.payload.op, dr_line, poison.q[1].hit)),
@@ -573,10 +514,8 @@ class DCOH(wiring.Component):
         ]
 
         # ---- write queue: the host lane's write, else the device write lane's; a device write
-        # that lost the slot to a host write gets the next cycle (dw_turn holds host writes
-        # back for one cycle)
-        m.d.comb += dw_ok.eq(ready & dw.valid & ~dw_yield & ~cam_dw.hit & ~dw_snoop & wr_q.w_rdy)
-        m.d.sync += dw_turn.eq(dw_ok & h_do & h_media_wr)
+        # that lost the slot to a host write gets the next cycle (the lanes' wr_turn holds host
+        # writes back for one cycle)
         wq_in = Signal(wr_l)
         with m.If(h_do & h_media_wr):
             m.d.comb += [wq_in.id.eq(HOST_MEDIA_ID), wq_in.line.eq(ev.line),
@@ -614,123 +553,30 @@ class DCOH(wiring.Component):
                      self.s2m_bisnp.payload.hdr.bi_tag.eq(bs.tag),
                      self.s2m_bisnp.payload.hdr.addr.eq(bs.line)]
 
-        # ================================================================ media requests
-        rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "host": 1, "tag": 16, "poison": 1})
-        m.submodules.rd_merge = rd_merge = RoundRobinMerge(rd_l)
-        hr, drq = Signal(h_rd_l), Signal(d_rd_l)
-        wo = Signal(wr_l)
-        m.d.comb += [hr.eq(h_rd.r_data), drq.eq(d_rd.r_data), wo.eq(wr_q.r_data)]
+        # ================================================================ media side
+        m.submodules.routing = routing = MediaRouting(cfg)
+        wiring.connect(m, h_rd.r_stream, routing.host_rd)
+        wiring.connect(m, d_rd.r_stream, routing.dev_rd)
+        wiring.connect(m, wr_q.r_stream, routing.wr)
+        wiring.connect(m, ndr_h.r_stream, routing.host_ndr)
+        wiring.connect(m, drs_nxm.r_stream, routing.drs_nxm)
+        wiring.connect(m, routing.mem, wiring.flipped(self.mem))
+        wiring.connect(m, routing.dev_rd_resp, wiring.flipped(self.dev.rd_resp))
+        wiring.connect(m, routing.dev_wr_resp, wiring.flipped(self.dev.wr_resp))
+        wiring.connect(m, routing.s2m_ndr, wiring.flipped(self.s2m_ndr))
+        wiring.connect(m, routing.s2m_drs, wiring.flipped(self.s2m_drs))
         m.d.comb += [
-            rd_merge.a.valid.eq(h_rd.r_rdy), h_rd.r_en.eq(rd_merge.a.ready),
-            rd_merge.a.payload.id.eq(HOST_MEDIA_ID), rd_merge.a.payload.line.eq(hr.line),
-            rd_merge.a.payload.host.eq(1), rd_merge.a.payload.tag.eq(hr.tag),
-            rd_merge.a.payload.poison.eq(hr.poison),
-            rd_merge.b.valid.eq(d_rd.r_rdy), d_rd.r_en.eq(rd_merge.b.ready),
-            rd_merge.b.payload.id.eq(drq.id), rd_merge.b.payload.op.eq(drq.op),
-            rd_merge.b.payload.line.eq(drq.line), rd_merge.b.payload.poison.eq(drq.poison),
+            routing.host_rd_inflight.eq(host_rd_inflight),
+            host_rd_dec.eq(routing.host_rd_done),
+            host_wr_dec.eq(routing.host_wr_done),
+            host_wb.dec.en.eq(routing.host_wr_done),
+            host_wb.dec.line.eq(routing.wr_done_bucket),
+            dev_wb.dec.en.eq(routing.dev_wr_done),
+            dev_wb.dec.line.eq(routing.wr_done_bucket),
         ]
-        rd_ctx_l = data.StructLayout({"host": 1, "tag": 16, "poison": 1})
-        wr_ctx_l = data.StructLayout({"host": 1, "tag": 16, "bucket": max(hb, 1)})
-        m.submodules.rd_ctx = rd_ctx = fifo.SyncFIFOBuffered(width=rd_ctx_l.size,
-                                                             depth=cfg.max_reads + 4 * LANE_FIFO)
-        m.submodules.wr_ctx = wr_ctx = fifo.SyncFIFOBuffered(width=wr_ctx_l.size, depth=wr_cap)
-        ro = rd_merge.o
-        m.d.comb += [
-            self.mem.rd_req.valid.eq(ro.valid & rd_ctx.w_rdy),
-            ro.ready.eq(self.mem.rd_req.ready & rd_ctx.w_rdy),
-            self.mem.rd_req.payload.id.eq(ro.payload.id),
-            self.mem.rd_req.payload.op.eq(ro.payload.op),
-            self.mem.rd_req.payload.addr.eq(ro.payload.line),
-            rd_ctx.w_en.eq(self.mem.rd_req.valid & self.mem.rd_req.ready),
-            rd_ctx.w_data.eq(Cat(ro.payload.host, ro.payload.tag, ro.payload.poison)),
-            self.mem.wr_req.valid.eq(wr_q.r_rdy & wr_ctx.w_rdy),
-            wr_q.r_en.eq(self.mem.wr_req.ready & wr_ctx.w_rdy),
-            self.mem.wr_req.payload.id.eq(wo.id),
-            self.mem.wr_req.payload.addr.eq(wo.line),
-            self.mem.wr_req.payload.be.eq(wo.be),
-            self.mem.wr_req.payload.data.eq(wo.data),
-            wr_ctx.w_en.eq(self.mem.wr_req.valid & self.mem.wr_req.ready),
-            wr_ctx.w_data.eq(Cat(wo.host, wo.tag, wo.line[:hb] if hb else Const(0, 1))),
-        ]
-
-        # ================================================================ media responses
-        rc, wc = Signal(rd_ctx_l), Signal(wr_ctx_l)
-        m.d.comb += [rc.eq(rd_ctx.r_data), wc.eq(wr_ctx.r_data)]
-        mr, mw = self.mem.rd_resp, self.mem.wr_resp
-        # reads: host → DRS MemData, device → dev.rd_resp (poisoned line → err)
-        drs_data_ready = Signal()
-        drs_data_valid, rd_done = self._route_response(m, mr, rd_ctx, rc.host, drs_data_ready,
-                                                       self.dev.rd_resp)
-        m.d.comb += [
-            self.dev.rd_resp.payload.err.eq(mr.payload.err | rc.poison),
-            self.dev.rd_resp.payload.data.eq(mr.payload.data),
-            host_rd_dec.eq(rd_done & rc.host),
-        ]
-        # writes: host → NDR Cmp, device → dev.wr_resp; either way the bucket is uncounted
-        cmp_ready = Signal()
-        cmp_valid, wr_done = self._route_response(m, mw, wr_ctx, wc.host, cmp_ready,
-                                                  self.dev.wr_resp)
-        m.d.comb += [
-            self.dev.wr_resp.payload.err.eq(mw.payload.err),
-            host_wb.dec.en.eq(wr_done & wc.host),
-            host_wb.dec.line.eq(wc.bucket),
-            dev_wb.dec.en.eq(wr_done & ~wc.host),
-            dev_wb.dec.line.eq(wc.bucket),
-            host_wr_dec.eq(wr_done & wc.host),
-        ]
-
-        # ================================================================ S2M NDR and DRS
-        dev_load = Signal(2)
-        hr_cap = cfg.host_reads
-        with m.If(host_rd_inflight < hr_cap // 2):
-            m.d.comb += dev_load.eq(0)
-        with m.Elif(host_rd_inflight < hr_cap * 3 // 4):
-            m.d.comb += dev_load.eq(1)
-        with m.Elif(host_rd_inflight < hr_cap * 7 // 8):
-            m.d.comb += dev_load.eq(2)
-        with m.Else():
-            m.d.comb += dev_load.eq(3)
-
-        ndr_m_l = data.StructLayout({"opcode": 3, "tag": 16})
-        m.submodules.ndr_merge = ndr_merge = RoundRobinMerge(ndr_m_l)
-        m.d.comb += [
-            ndr_merge.a.valid.eq(ndr_h.r_rdy), ndr_h.r_en.eq(ndr_merge.a.ready),
-            ndr_merge.a.payload.eq(ndr_h.r_data),
-            ndr_merge.b.valid.eq(cmp_valid), cmp_ready.eq(ndr_merge.b.ready),
-            ndr_merge.b.payload.opcode.eq(NDROpcode.CMP), ndr_merge.b.payload.tag.eq(wc.tag),
-        ]
-        ndr = self.s2m_ndr
-        m.d.comb += [ndr.valid.eq(ndr_merge.o.valid), ndr_merge.o.ready.eq(ndr.ready),
-                     ndr.payload.hdr.opcode.eq(ndr_merge.o.payload.opcode),
-                     ndr.payload.hdr.tag.eq(ndr_merge.o.payload.tag),
-                     ndr.payload.hdr.meta_field.eq(MetaField.NO_OP),
-                     ndr.payload.hdr.dev_load.eq(self._stable_load(m, ndr, dev_load, "ndr"))]
-
-        drs_m_l = data.StructLayout({"opcode": 3, "tag": 16, "poison": 1, "data": 512})
-        m.submodules.drs_merge = drs_merge = RoundRobinMerge(drs_m_l)
-        m.d.comb += [
-            drs_merge.a.valid.eq(drs_nxm.r_rdy), drs_nxm.r_en.eq(drs_merge.a.ready),
-            drs_merge.a.payload.opcode.eq(DRSOpcode.MEM_DATA_NXM),
-            drs_merge.a.payload.tag.eq(drs_nxm.r_data), drs_merge.a.payload.poison.eq(1),
-            drs_merge.a.payload.data.eq((1 << 512) - 1),
-            drs_merge.b.valid.eq(drs_data_valid), drs_data_ready.eq(drs_merge.b.ready),
-            drs_merge.b.payload.opcode.eq(DRSOpcode.MEM_DATA),
-            drs_merge.b.payload.tag.eq(rc.tag),
-            drs_merge.b.payload.poison.eq(rc.poison | mr.payload.err),
-            drs_merge.b.payload.data.eq(mr.payload.data),
-        ]
-        drs = self.s2m_drs
-        m.d.comb += [drs.valid.eq(drs_merge.o.valid), drs_merge.o.ready.eq(drs.ready),
-                     drs.payload.hdr.opcode.eq(drs_merge.o.payload.opcode),
-                     drs.payload.hdr.tag.eq(drs_merge.o.payload.tag),
-                     drs.payload.hdr.poison.eq(drs_merge.o.payload.poison),
-                     drs.payload.hdr.meta_field.eq(MetaField.NO_OP),
-                     drs.payload.hdr.dev_load.eq(self._stable_load(m, drs, dev_load, "drs")),
-                     drs.payload.data.eq(drs_merge.o.payload.data)]
 
         # ================================================================ errors, counters
-        media_err = Signal()
-        m.d.comb += media_err.eq(rd_done & rc.host & mr.payload.err)
+        media_err = routing.media_err
         m.d.sync += self.err.eq(0)
         with m.If(h_do & (h_err != DcohError.NONE)):
             m.d.sync += [self.err.eq(1), self.err_code.eq(h_err), self.err_addr.eq(ev.line)]
@@ -760,10 +606,9 @@ class DCOH(wiring.Component):
 
         # payloads read zero while not valid: FIFO memories start undefined in four-state
         # simulators (Icarus), and a defined boundary keeps traces comparable across simulators
-        for st in (self.s2m_ndr, self.s2m_drs, self.s2m_bisnp, self.mem.rd_req, self.mem.wr_req,
-                   self.dev.rd_resp, self.dev.wr_resp):
-            with m.If(~st.valid):
-                m.d.comb += st.payload.eq(0)
+        # (the media side zeroes its own outputs)
+        with m.If(~self.s2m_bisnp.valid):
+            m.d.comb += self.s2m_bisnp.payload.eq(0)
 
         if self._observe:
             lk_o = sf.lk[3]

@@ -143,6 +143,7 @@ def build_dcoh(cfg, broken=None, platform="formal"):
     here, and the :class:`Internals` of that fragment."""
     import hw.dcoh.dcoh as dcoh_mod
     import hw.dcoh.hazards as hazards_mod
+    import hw.dcoh.routing as routing_mod
     import hw.dcoh.snoop_filter as sf_mod
     if broken is not None and broken not in _VARIANTS:
         raise ValueError(f"unknown broken variant {broken!r}; known: {', '.join(_VARIANTS)}")
@@ -173,6 +174,7 @@ def build_dcoh(cfg, broken=None, platform="formal"):
     dut = ElaboratedDCOH(cfg, observe=True)
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(dcoh_mod, "fifo", fifo_ns))
+        stack.enter_context(mock.patch.object(routing_mod, "fifo", fifo_ns))
         stack.enter_context(mock.patch.object(sf_mod, "Memory", memory))
         stack.enter_context(mock.patch.object(hazards_mod, "Memory", memory))
         if "tracker" in variant:
@@ -195,9 +197,12 @@ class Internals:
         self._memories = memories
         self._sf_cls = sf_cls
         self._signals = {}
+        self._origins = {}          # path of a fragment -> the elaboratable it came from
         self._walk(fragment, ())
 
     def _walk(self, frag, path):
+        if path and getattr(frag, "origins", None):
+            self._origins[path] = frag.origins[0]
         for stmts in frag.statements.values():
             for st in stmts:
                 for s in st._lhs_signals():
@@ -216,7 +221,11 @@ class Internals:
                               f"hw/formal/invariants.py")
 
     def sub(self, name):
+        """Submodule ``"trk"`` of the DCOH, or ``"routing/rd_ctx"`` of one of its
+        components."""
         try:
+            if "/" in name:
+                return self._origins[tuple(name.split("/"))]
             return self.module.submodules[name]
         except (KeyError, AttributeError, NameError):
             raise MissingInternal(f"the DCOH has no submodule {name!r} any more: update "

@@ -27,6 +27,7 @@ from amaranth.lib import data
 from ..cxl_encodings import (BISnpOpcode, DcohError, HOST_MEDIA_ID, MetaField, NDROpcode,
                              ReqOpcode)
 from .dut import MissingInternal
+from ..dcoh.routing import host_read_layout, device_read_layout, write_layout, ndr_entry_layout
 
 __all__ = ["add_invariants"]
 
@@ -57,20 +58,20 @@ def add_invariants(hn, m):
     def is_host_line(line):
         return Cat(line == ln for ln in lines).any()
 
-    # ---- layouts of the DCOH's FIFO words (as dcoh.py packs them)
+    # ---- layouts of the DCOH's FIFO words (as hw.dcoh packs them); path of each FIFO
     layouts = {
-        "h_rd": data.StructLayout({"line": lb, "tag": 16, "poison": 1}),
-        "d_rd": data.StructLayout({"id": 4, "op": 1, "line": lb, "poison": 1}),
-        "wr_q": data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1,
-                                   "tag": 16}),
-        "ndr_h": data.StructLayout({"opcode": 3, "tag": 16}),
+        "h_rd": host_read_layout(lb),
+        "d_rd": device_read_layout(lb),
+        "wr_q": write_layout(lb),
+        "ndr_h": ndr_entry_layout(),
         "bisnp": data.StructLayout({"opcode": 4, "tag": 12, "line": lb}),
         "rd_ctx": data.StructLayout({"host": 1, "tag": 16, "poison": 1}),
         "wr_ctx": data.StructLayout({"host": 1, "tag": 16, "bucket": max(hb, 1)}),
     }
+    paths = {"rd_ctx": "routing/rd_ctx", "wr_ctx": "routing/wr_ctx"}
     q = {}
     for name, lay in layouts.items():
-        f = it.fifo(name)
+        f = it.fifo(paths.get(name, name))
         if f.width != lay.size:
             raise MissingInternal(f"DCOH FIFO {name} is {f.width} bits wide, the harness "
                                   f"expects {lay.size}: update hw/formal/invariants.py")
@@ -172,7 +173,7 @@ def add_invariants(hn, m):
     # ---- reads: host read lane, read contexts, media queue
     med_rd, med_wr = h.media["rd"], h.media["wr"]
     chk("drs_nxm_empty", drs_nxm.level == 0)
-    rd_ctx, wr_ctx = it.fifo("rd_ctx"), it.fifo("wr_ctx")
+    rd_ctx, wr_ctx = it.fifo(paths["rd_ctx"]), it.fifo(paths["wr_ctx"])
     chk("rd_ctx_level", rd_ctx.level == med_rd.count)
     chk("wr_ctx_level", wr_ctx.level == med_wr.count)
     for name, ctx, med in (("rd_ctx", rd_ctx, med_rd), ("wr_ctx", wr_ctx, med_wr)):
@@ -287,7 +288,7 @@ def add_invariants(hn, m):
         (h.hs <= hn.rsp_state(h.bq.op)))
 
     # ---- merges hold a grant only while that input still offers
-    for name in ("rd_merge", "ndr_merge", "drs_merge"):
+    for name in ("routing/rd_merge", "routing/ndr_merge", "routing/drs_merge"):
         mg = it.sub(name)
         hold, held_b = it.signal(f"{name}/hold"), it.signal(f"{name}/held_b")
         chk(f"{name}.hold", ~hold | Mux(held_b, mg.b.valid, mg.a.valid))
@@ -303,7 +304,8 @@ def add_invariants(hn, m):
         (h.acc == 0) & (h.srv == 0) & (h.hs == H_I) & (h.sv == 0) & (h.conf == 0) &
         (trk_valid == 0) & (pk_valid == 0) & (med_rd.count == 0) & (med_wr.count == 0) &
         ~h.br_v & (dut.err == 0) &
-        Cat(it.fifo(n).level == 0 for n in ("h_rd", "d_rd", "wr_q", "ndr_h", "drs_nxm",
-                                               "bisnp", "rd_ctx", "wr_ctx")).all()))
+        Cat(it.fifo(paths.get(n, n)).level == 0 for n in ("h_rd", "d_rd", "wr_q", "ndr_h",
+                                                            "drs_nxm", "bisnp", "rd_ctx",
+                                                            "wr_ctx")).all()))
     chk("err_code_known", ~dut.err | (dut.err_code == DcohError.MEDIA) |
         (dut.err_code == DcohError.SF_MISS_OWNED))

@@ -29,7 +29,7 @@ class CommandProcessor(wiring.Component):
     DECODE (kind, table id, batch, widths; docs order, :class:`DescriptorDecoder`) → the engine
     (LOOKUP: gather; its undo records may still be in flight when it completes. UPDATE: first
     wait until the undo logger is idle, so every record is persistent before any in-place
-    write, then the update engine. COMMIT: the MLP lag check (section 9; waits while an
+    write (``MEDIA`` instead if a record write of the batch failed), then the update engine. COMMIT: the MLP lag check (section 9; waits while an
     in-flight snapshot would satisfy it), the same wait, then the persist engine. SNAPSHOT: its
     checks, a wait while a snapshot is in flight, then the snapshot engine is started and the
     completion written at once, the copy running in the background) → CPL (write the completion
@@ -70,6 +70,10 @@ class CommandProcessor(wiring.Component):
     log_idle, log_settled, log_records, log_full_events : In; log_batch : Out(64)
         Undo logger: no record write in flight, no tee input pending, its counters; the open
         batch.
+    log_media_err : In(1)
+        Undo logger: a record write (or a synchronous-path row read) of the open batch failed
+        (sticky until retire). An UPDATE or COMMIT that finds it set once the logger is idle
+        completes with ``MEDIA`` and does nothing (the batch must be aborted by recovery).
     up_cmd, up_cpl
         Update engine: Out stream, In stream.
     committed, ready, persist_busy : In; commit : Out stream {batch}; commit_done : In stream
@@ -105,6 +109,7 @@ class CommandProcessor(wiring.Component):
             "lk_cmd": Out(stream.Signature(lookup_cmd_layout(ab))), "lk_log": Out(1),
             "lk_table": Out(16), "lk_cpl": In(stream.Signature(lookup_cpl_layout(ab))),
             "log_idle": In(1), "log_settled": In(1), "log_records": In(32),
+            "log_media_err": In(1),
             "log_full_events": In(32),
             "log_batch": Out(64),
             "up_cmd": Out(stream.Signature(update_cmd_layout(ab))),
@@ -270,7 +275,12 @@ class CommandProcessor(wiring.Component):
                 # the LOOKUPs' undo records must be persistent before any in-place write
                 with m.If(self.log_idle):
                     m.d.sync += rec0.eq(self.log_records)
-                    m.next = "UPDATE"
+                    with m.If(self.log_media_err):
+                        # a record of this batch may be missing: no in-place write
+                        m.d.sync += [r.status.eq(DeviceError.MEDIA), r.err_value.eq(0)]
+                        m.next = "CPL"
+                    with m.Else():
+                        m.next = "UPDATE"
             with m.State("UPDATE"):
                 m.d.comb += self.up_cmd.valid.eq(1)
                 with m.If(self.up_cmd.ready):
@@ -291,7 +301,11 @@ class CommandProcessor(wiring.Component):
             with m.State("COMMIT_DRAIN"):
                 with m.If(self.log_idle):
                     m.d.sync += r.log_records.eq(self.log_records)
-                    m.next = "COMMIT"
+                    with m.If(self.log_media_err):
+                        m.d.sync += [r.status.eq(DeviceError.MEDIA), r.err_value.eq(0)]
+                        m.next = "CPL"
+                    with m.Else():
+                        m.next = "COMMIT"
             with m.State("COMMIT"):
                 m.d.comb += self.commit.valid.eq(1)
                 with m.If(self.commit.ready):

@@ -81,10 +81,12 @@ def check_log_trustworthy(tb, before, what):
         base, _, dim = tb.tables[tid]
         want = before[tid][r["row"] * dim * 4:(r["row"] + 1) * dim * 4]
         if r["data"] != want:
+            got_w, want_w = np.frombuffer(r["data"], "<i4"), np.frombuffer(want, "<i4")
+            e = int(np.flatnonzero(got_w != want_w)[0])
             raise AssertionError(tb.where(
                 f"{what}: log slot {r['slot']} (table {tid} row {r['row']}) has a valid CRC "
-                f"but holds {np.frombuffer(r['data'], '<i4')[:4].tolist()}..., the row was "
-                f"{np.frombuffer(want, '<i4')[:4].tolist()}... (untrusted data logged as valid)"))
+                f"but holds {got_w[e:e + 3].tolist()}... from element {e}, the row held "
+                f"{want_w[e:e + 3].tolist()}... (untrusted data logged as valid)"))
     return recs
 
 
@@ -267,12 +269,12 @@ async def media_update_reports_and_rolls_back(dut, where):
     assert len(faults) >= 1, tb.where(f"{where}: no fault injected (rule {rule})")
     expect_status(tb, c, E.MEDIA, f"UPDATE with a {where} fault")
     tb.pmem.clear_faults()
+    check_log_trustworthy(tb, gen, f"after the UPDATE ({where})")
     if where in ("tee_log_write", "ensure_read", "log_write"):
         # the logger's failure stays until the batch is aborted: COMMIT is refused too
         (c,), _ = await submit(tb, [commit(1, tag=5)], "COMMIT")
         expect_status(tb, c, E.MEDIA, f"COMMIT after a {where} fault")
         assert await tb.drv.read64("COMMITTED") == 0
-    check_log_trustworthy(tb, gen, f"after the UPDATE ({where})")
 
     await tb.power_on()
     await tb.recover()

@@ -47,7 +47,8 @@ on every beat of its burst with garbage data (seeded, ``MediaFault.data``); a ma
 answers the error on B and, by default, is not applied to ``mem`` (nothing reached the media;
 ``apply_write=True`` applies it anyway). A rule matches a burst whose bytes overlap
 ``[lo, hi)``, with probability ``probability`` (one seeded draw per matching burst), skipping
-the first ``after`` matching bursts, at most ``count`` times (None: permanent). Every injected
+the first ``after`` matching bursts, at most ``count`` times (None: permanent); each rule draws
+from its own generator, seeded by ``seed`` and the number of rules added before it. Every injected
 error is appended to ``pmem.faults`` (:class:`InjectedFault`: cycle, op, address, bytes, kind,
 rule) so a test can check that each one was reported.
 """
@@ -372,6 +373,7 @@ class PmemModel(Reset):
         self.log_writes = log_writes
         self.write_log: list[WriteRecord] = []
         self.fault_rules: list[_FaultState] = []
+        self._rules_added = 0
         self.faults: list[InjectedFault] = []
         self._period = None
         self._t0 = None
@@ -481,7 +483,11 @@ class PmemModel(Reset):
         if not isinstance(spec, MediaFault):
             raise TypeError(f"add_fault: expected a MediaFault, got {spec!r}")
         i = len(self.fault_rules)
-        self.fault_rules.append(_FaultState(spec, (self.seed << 16) ^ (i * 0x9E3779B1 + 1)))
+        # (seeded by the count of rules ever added, so a rule re-added after clear_faults()
+        # draws a fresh sequence)
+        self._rules_added += 1
+        self.fault_rules.append(_FaultState(spec, (self.seed << 20) ^ (self._rules_added
+                                                                       * 0x9E3779B1)))
         return i
 
     def clear_faults(self):

@@ -136,6 +136,8 @@ class TrainingCXLDevice(wiring.Component):
             cp.log_full_events.eq(logger.full_events),
             # a failed record write: UPDATE and COMMIT of the batch are refused with MEDIA
             cp.log_media_err.eq(logger.media_err),
+            # a media error during recovery: ERR_CODE = MEDIA (recovery then stops unready)
+            cp.rec_err.eq(persist.rec_media),
             cp.committed.eq(persist.committed), cp.ready.eq(persist.ready),
             cp.persist_busy.eq(persist.busy),
             persist.recover.eq(cp.recover),

@@ -83,6 +83,9 @@ class CommandProcessor(wiring.Component):
         ``snap_busy`` (a copy in flight), ``snap_accepted`` (A), ``snap_epoch`` (P; changes in
         the cycle ``snap_busy`` falls), ``snap_err`` pulse with ``snap_err_value`` (reported as
         ``MEDIA``, lowest priority of a cycle's error events), ``mlp_lag`` (k).
+    rec_err : In(1)
+        Pulse: the persist engine's first media error of a recovery (reported as ``MEDIA``,
+        value 0, after every other source).
     busy : Out(1)
         A descriptor executing or pending.
     cyc_lookup, cyc_update, cyc_commit, desc_done, upd_stalls, sat_total, log_total : Out(32)
@@ -124,6 +127,7 @@ class CommandProcessor(wiring.Component):
             "snap_start": Out(stream.Signature(snap_start_layout(ab))),
             "snap_busy": In(1), "snap_accepted": In(64), "snap_epoch": In(64),
             "snap_err": In(1), "snap_err_value": In(64), "mlp_lag": In(32),
+            "rec_err": In(1),
         }
         for r in RING_REGS:
             members[r] = In(32)
@@ -157,6 +161,8 @@ class CommandProcessor(wiring.Component):
                      errors.csr.eq(Cat(self.csr_err_valid, self.csr_err_code, self.csr_err_value)),
                      errors.snap.eq(Cat(self.snap_err, Const(DeviceError.MEDIA, 8),
                                         self.snap_err_value)),
+                     errors.recovery.eq(Cat(self.rec_err, Const(DeviceError.MEDIA, 8),
+                                            Const(0, 64))),
                      self.err_code.eq(errors.err_code), self.err_value.eq(errors.err_value),
                      self.err_count.eq(errors.err_count), self.error.eq(errors.error),
                      self.irq_err.eq(errors.irq_err)]

@@ -16,8 +16,9 @@ Tests: a LOOKUP+LOG whose row read fails (the undo record of the untrusted data 
 valid, the row must not count as logged: a later UPDATE logs it itself, and an abort restores
 the row's true contents); UPDATE with a fault on each of its reads and writes and on the
 logger's synchronous path (row read, record write); COMMIT with the superblock write failing;
-LOOKUP without LOG on each of its reads; a host read (CXL.mem MemRd) of a line whose media
-read fails returns poisoned data.
+LOOKUP without LOG on each of its reads; seeded random faults over whole batches (every fault
+reported); recovery meeting a read or write error (reported, stops unready, a retry restores
+the rows); a host read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
 """
@@ -445,7 +446,52 @@ async def media_random_faults_every_one_reported(dut, trial):
     assert tb.model.committed == 4
 
 
-# ---------------------------------------------------------------------------- 6. host read
+# ---------------------------------------------------------------------------- 6. recovery
+@cocotb.test()
+@cocotb.parametrize(where=["data", "header", "row_write"])
+async def media_recovery_reports_and_retries(dut, where):
+    """Recovery of an aborted batch (LOOKUP+LOG and UPDATE applied, no COMMIT) meets one media
+    error (``where``: a record data line read, a record header read, a rollback row write):
+    it reports ``MEDIA`` (ERR_CODE, value 0) and stops unready instead of completing with a
+    row not rolled back; RECOVER again (fault gone) completes and every table equals the
+    generated contents."""
+    from cosim.device_driver import DriverError
+    tb = await fresh(dut, f"recovery/{where}", [(0, 64, 64, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    oa, ia = staged_bags(tb, [0, 3, 6], [2, 9, 4, 9, 11, 2])
+    descs = [lookup(0, 2, oa, ia, tb.out_area(2 * 256), batch=1, tag=1),
+             update(0, 2, oa, ia, grads(tb, 2, 64), batch=1, tag=2)]
+    got, _ = await submit(tb, descs, "batch 1")
+    assert [int(c["status"]) for c in got] == [0, 0]
+    model_run(tb, descs)
+    assert tb.table_bytes(0) != gen[0]
+    recs = [r for r in log_records(tb) if r["valid"]]
+    assert len(recs) == 4, tb.where(f"{len(recs)} records")   # rows 2, 9, 4, 11
+    cfg = tb.cfg
+    a1 = slot_addr(cfg, 1)
+    rule = {"data": dict(op="read", lo=a1 + 2 * LINE, hi=a1 + 3 * LINE),
+            "header": dict(op="read", lo=a1, hi=a1 + LINE),
+            "row_write": dict(op="write", lo=recs[1]["addr"], hi=recs[1]["addr"] + 256)}[where]
+    tb.pmem.add_fault(name=where, **rule)
+    await tb.power_on()
+    try:
+        await tb.drv.recover()
+    except DriverError as e:
+        dut._log.info(f"recovery with a {where} fault: {e}")
+    else:
+        raise AssertionError(tb.where(f"recovery with a {where} fault completed"))
+    assert tb.pmem.faults, tb.where("no fault injected")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 0
+    assert not await tb.drv.read("STATUS") & 4, tb.where("READY after a failed recovery")
+    tb.pmem.clear_faults()
+    await tb.err_clear()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, f"after the retried recovery ({where})")
+
+
+# ---------------------------------------------------------------------------- 7. host read
 @cocotb.test()
 async def media_host_read_poisoned(dut):
     """A host MemRd (SnpCur) of a table line whose media read fails: MemData with poison 1;
@@ -465,7 +511,7 @@ async def media_host_read_poisoned(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 1
+MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1
 
 
 @pytest.fixture(scope="module")

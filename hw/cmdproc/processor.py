@@ -346,6 +346,10 @@ class CommandProcessor(wiring.Component):
         m.d.comb += executing.eq(~fsm.ongoing("IDLE"))
 
         # ---- error event of a completed descriptor (priority: ErrorRegisters) --------------
-        m.d.comb += [errors.desc.valid.eq(cpl_ev & (r.status != 0)),
-                     errors.desc.code.eq(r.status), errors.desc.value.eq(r.err_value)]
+        # (a completion line whose write answered an error did not reach the ring: the host
+        # cannot read it, so the error registers report MEDIA with the ring slot instead)
+        cpl_wr_err = self.mem.wr_resp.payload.err
+        m.d.comb += [errors.desc.valid.eq(cpl_ev & ((r.status != 0) | cpl_wr_err)),
+                     errors.desc.code.eq(Mux(cpl_wr_err, DeviceError.MEDIA, r.status)),
+                     errors.desc.value.eq(Mux(cpl_wr_err, head & mask, r.err_value))]
         return m

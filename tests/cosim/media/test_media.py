@@ -18,7 +18,8 @@ the row's true contents); UPDATE with a fault on each of its reads and writes an
 logger's synchronous path (row read, record write); COMMIT with the superblock write failing;
 LOOKUP without LOG on each of its reads; seeded random faults over whole batches (every fault
 reported); recovery meeting a read or write error (reported, stops unready, a retry restores
-the rows); a host read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
+the rows); a completion record write that fails (reported in the error registers); a host
+read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
 """
@@ -491,7 +492,44 @@ async def media_recovery_reports_and_retries(dut, where):
     check_tables(tb, gen, f"after the retried recovery ({where})")
 
 
-# ---------------------------------------------------------------------------- 7. host read
+# ---------------------------------------------------------------------------- 7. completion
+@cocotb.test()
+async def media_completion_write_fails(dut):
+    """The write of a completion record answers SLVERR (not applied): the ring still advances
+    (no hang) and the error registers report MEDIA with the completion slot; the LOOKUP itself
+    ran (outputs equal the model's) and the next descriptor completes normally. Then a
+    descriptor read answers SLVERR: its completion is MEDIA and nothing is executed."""
+    tb = await fresh(dut, "completion", [(0, 32, 16, 0.0)])
+    oa, ia = staged_bags(tb, [0, 2, 3], [4, 7, 9])
+    out = tb.out_area(2 * 64)
+    desc = lookup(0, 2, oa, ia, out, log=False, tag=1)
+    slot = tb.drv.tail
+    a = tb.drv.cpl_base + 64 * slot
+    tb.pmem.add_fault(op="write", lo=a, hi=a + LINE, count=1, name="completion")
+    (c,), faults = await submit(tb, [desc], "LOOKUP")
+    assert len(faults) == 1, tb.where(f"faults {faults}")
+    assert int(c["tag"]) != 1, tb.where("the failed completion write reached the ring")
+    st = await tb.drv.read("STATUS")
+    assert st & 2 and await tb.drv.read("ERR_CODE") == E.MEDIA, tb.where(f"STATUS {st:#x}")
+    assert await tb.drv.read64("ERR_VALUE") == slot
+    model_run(tb, [desc])
+    assert tb.mem.read(out, 2 * 64) == tb.model.mem.read(out, 2 * 64)
+    (c,), faults = await submit(tb, [lookup(0, 2, oa, ia, out, log=False, tag=2)], "LOOKUP 2")
+    assert not faults and int(c["tag"]) == 2
+    expect_status(tb, c, E.OK, "the next LOOKUP")
+    # the descriptor read fails: MEDIA, nothing executed (the output area keeps its bytes)
+    slot = tb.drv.tail
+    a = tb.drv.ring_base + 64 * slot
+    tb.pmem.add_fault(op="read", lo=a, hi=a + LINE, count=1, name="descriptor")
+    before = tb.mem.read(out, 2 * 64)
+    tb.poke(out, bytes(2 * 64))
+    (c,), faults = await submit(tb, [lookup(0, 2, oa, ia, out, log=False, tag=3)], "LOOKUP 3")
+    assert len(faults) == 1
+    expect_status(tb, c, E.MEDIA, "a descriptor read in error")
+    assert tb.mem.read(out, 2 * 64) == bytes(2 * 64) != before, tb.where("LOOKUP 3 ran")
+
+
+# ---------------------------------------------------------------------------- 8. host read
 @cocotb.test()
 async def media_host_read_poisoned(dut):
     """A host MemRd (SnpCur) of a table line whose media read fails: MemData with poison 1;
@@ -511,7 +549,7 @@ async def media_host_read_poisoned(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1
+MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 1
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ lookup-demo: $(STAMP)
 # Relaxed MLP ordering: lag bounds k in {0, 1, 8, 64} and a restart-from-scratch baseline under
 # one failure schedule (golden model); AUC and lost work in build/study/
 study: $(STAMP)
-	$(TCXL) study $(if $(SEED),--seed $(SEED))
+	$(TCXL) study $(if $(SEED),--seed $(SEED)) $(if $(WORKERS),--workers $(WORKERS))
 
 # SHADE (docs/shade.md): importance sampler + sample caches (SHADE, LRU, LFU, random, iCache-like,
 # Belady) on the synthetic click log, cache sizes 1/5/10/20 %, 1 and 4 workers, golden model;
@@ -51,7 +51,7 @@ shade: $(STAMP)
 	$(TCXL) shade $(if $(DATA),--data $(DATA))
 
 bench: $(STAMP)
-	$(TCXL) bench
+	$(TCXL) bench $(if $(WORKERS),--workers $(WORKERS))
 
 # System model (docs/system.md): TrainingCXL against PMEM-based baselines per training step, device
 # time from cycle formulas fitted to recorded RTL runs; report and plots in build/system/
@@ -80,13 +80,14 @@ formal: $(STAMP)
 # DCOH random stress: >= 1,000,000 host messages (about 10 minutes), prints messages/s and the
 # violation count (exit 1 on any); report in build/stress/report.json
 stress: $(STAMP)
-	$(TCXL) stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1)
+	$(TCXL) stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1) $(if $(BLOCKS),--blocks $(BLOCKS)) $(if $(WORKERS),--workers $(WORKERS))
 
 # Power-failure campaign (docs/crash.md): a multi-batch training workload cut at POINTS crash
 # points (seeded), each recovered, checked against the golden model and replayed to the end;
-# report in build/crash/report.json, exit 1 on any failure
+# report in build/crash/report.json, exit 1 on any failure. WORKERS=N (crash, study, stress, bench):
+# a local Dask cluster of N worker processes (docs/campaigns.md)
 crash: $(STAMP)
-	$(TCXL) crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1)
+	$(TCXL) crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
 
 verilog: $(STAMP)
 	$(TCXL) verilog --out build/verilog $(if $(CONFIG),--config $(CONFIG))

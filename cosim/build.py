@@ -64,7 +64,7 @@ from xml.etree import ElementTree
 __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
-    "waves_requested",
+    "waves_requested", "is_built", "device_build", "device_verilog",
 ]
 
 
@@ -231,10 +231,18 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
     from hw.top import TrainingCXLDevice
     text = generate_verilog(TrainingCXLDevice(cfg), name=name)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(text)
+    # a unique temporary name (not just the pid: workers on several hosts may share the cache)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
     os.replace(tmp, path)
     return text
+
+
+def is_built(build: Build) -> bool:
+    """True when ``build``'s directory holds a finished build (in this machine's view of the
+    cache: a worker of a cluster without a shared filesystem may not see the client's)."""
+    return (build.build_dir / _DONE_MARKER).is_file()
 
 
 def device_build(cfg, **kw) -> "Build":

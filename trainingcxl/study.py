@@ -24,7 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -32,8 +35,13 @@ import numpy as np
 from sw_model.clicklog import ClickData, ClickLogGenerator
 from sw_model.dlrm import DLRM, DLRMConfig, evaluate, init_tables, synthetic_data, train
 from sw_model.embedding_device import ModelDevice
+from trainingcxl import cluster
 
-__all__ = ["schedule", "run_setting", "main"]
+__all__ = ["schedule", "run_setting", "StudyRun", "run_one", "main", "EXECUTION_ARGS"]
+
+# options that say where the study runs, not what it computes: left out of study.json, so the
+# report of a run on a cluster equals the serial one
+EXECUTION_ARGS = ("workers", "scheduler", "scheduler_timeout")
 
 NO_BOUND = (1 << 32) - 1
 
@@ -116,8 +124,37 @@ def run_setting(mcfg: DLRMConfig, batches: int, plan, eval_data, *, scratch=Fals
                     wall_s=round(time.monotonic() - t0, 1))
 
 
-def main(argv=None) -> int:
+@lru_cache(maxsize=2)
+def _eval_data(eval_batches: int) -> ClickData:
+    """The held-out samples every setting is evaluated on (built once per process)."""
     d = DLRMConfig()
+    gen = ClickLogGenerator(d.clicklog())
+    return ClickData.concat([gen.batch(b, d.batch_size, "eval") for b in range(eval_batches)])
+
+
+@dataclass(frozen=True)
+class StudyRun:
+    """One task of the study: setting ``name`` (lag bound ``k``, or the restart-from-scratch
+    baseline) under the failure schedule of ``seed``."""
+    seed: int
+    name: str
+    k: int
+    scratch: bool
+    batches: int
+    failures: int
+    eval_batches: int
+
+
+def run_one(run: StudyRun, *, progress=None) -> dict:
+    """Train ``run`` (a campaign task: :mod:`trainingcxl.cluster`); its metrics with ``seed``."""
+    plan = schedule(run.seed, run.batches, run.failures)
+    r = run_setting(DLRMConfig(lag_k=run.k), run.batches, plan, _eval_data(run.eval_batches),
+                    scratch=run.scratch, seed=run.seed)
+    r["seed"] = run.seed
+    return r
+
+
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="trainingcxl study",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=800)
@@ -127,32 +164,45 @@ def main(argv=None) -> int:
     ap.add_argument("--lags", type=str, default="0,1,8,64")
     ap.add_argument("--eval-batches", type=int, default=256)
     ap.add_argument("--out", type=Path, default=Path("build/study"))
+    cluster.add_arguments(ap)
     a = ap.parse_args(argv)
+    cluster.check_arguments(ap, a)
     try:
         lags = [int(x) for x in a.lags.split(",")]
     except ValueError:
         ap.error(f"--lags must be comma-separated integers, got {a.lags!r}")
     if a.batches < 2 or a.failures < 0 or a.seeds < 1 or min(lags) < 0:
         ap.error("--batches >= 2, --failures >= 0, --seeds >= 1, lags >= 0")
+    try:
+        with cluster.executor_from_args(a) as ex:
+            return _study(a, lags, ex)
+    except cluster.ClusterError as e:
+        print(f"trainingcxl study: {e}", file=sys.stderr)
+        return 2
+
+
+def _study(a, lags: list[int], ex) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
-    gen = ClickLogGenerator(d.clicklog())
-    eval_data = ClickData.concat([gen.batch(b, d.batch_size, "eval")
-                                  for b in range(a.eval_batches)])
+    eval_samples = a.eval_batches * DLRMConfig().batch_size     # what _eval_data holds
     # the baseline keeps no checkpoint: no snapshots, no lag bound (MLP_LAG = 2^32 - 1)
     settings = [(f"k={k}", k, False) for k in lags] + [("restart from scratch", NO_BOUND, True)]
     rows = {name: [] for name, _, _ in settings}
     t0 = time.monotonic()
-    for s in range(a.seed, a.seed + a.seeds):
-        plan = schedule(s, a.batches, a.failures)
-        print(f"schedule seed {s}: failures at (step, write fraction) {plan}", flush=True)
-        for name, k, scratch in settings:
-            mcfg = DLRMConfig(lag_k=k)
-            r = run_setting(mcfg, a.batches, plan, eval_data, scratch=scratch, seed=s)
-            r["seed"] = s
-            rows[name].append(r)
-            print(f"  {name:22s} AUC {r['eval_auc']:.4f}  logloss {r['eval_logloss']:.4f}  "
-                  f"lost work {r['lost_work']:4d}  snapshots {r['snapshots']:4d}  "
-                  f"({r['wall_s']} s)", flush=True)
+    seeds = range(a.seed, a.seed + a.seeds)
+    runs = [StudyRun(seed=s, name=name, k=k, scratch=scratch, batches=a.batches,
+                     failures=a.failures, eval_batches=a.eval_batches)
+            for s in seeds for name, k, scratch in settings]
+    print(f"study: {len(runs)} runs ({len(settings)} settings x {a.seeds} schedules), "
+          f"{ex.description}", flush=True)
+    results = ex.map(run_one, runs, desc="study", unit="run")
+    for run, r in zip(runs, results):
+        if run.name == settings[0][0]:
+            print(f"schedule seed {run.seed}: failures at (step, write fraction) "
+                  f"{schedule(run.seed, a.batches, a.failures)}", flush=True)
+        rows[run.name].append(r)
+        print(f"  {run.name:22s} AUC {r['eval_auc']:.4f}  logloss {r['eval_logloss']:.4f}  "
+              f"lost work {r['lost_work']:4d}  snapshots {r['snapshots']:4d}  "
+              f"({r['wall_s']} s)", flush=True)
     base = {r["seed"]: r["eval_auc"] for r in rows[f"k={lags[0]}"]}
     table = []
     for name, k, scratch in settings:
@@ -167,7 +217,7 @@ def main(argv=None) -> int:
     hdr = (f"| setting | AUC (mean ± sd over {a.seeds} schedules) | ΔAUC vs k={lags[0]} "
            "(mean / max abs) | log loss | lost work (batches) | snapshots |")
     md = [f"# Relaxed MLP ordering study ({a.batches} batches, {a.failures} power failures per "
-          f"run, {a.seeds} schedules from seed {a.seed}, eval {len(eval_data)} samples)", "",
+          f"run, {a.seeds} schedules from seed {a.seed}, eval {eval_samples} samples)", "",
           hdr, "|---|---|---|---|---|---|"]
     for t in table:
         md.append(f"| {t['setting']} | {t['auc_mean']:.4f} ± {t['auc_sd']:.4f} | "
@@ -187,7 +237,8 @@ def main(argv=None) -> int:
            f"--failures {a.failures} --seeds {a.seeds} --seed {a.seed} --lags {a.lags}`.", ""]
     (a.out / "study.md").write_text("\n".join(md))
     (a.out / "study.json").write_text(json.dumps(dict(args={k: str(v) for k, v in
-                                                            vars(a).items()},
+                                                            vars(a).items()
+                                                            if k not in EXECUTION_ARGS},
                                                       table=table, runs=rows), indent=1))
     print("\n".join(md))
     print(f"wall time {time.monotonic() - t0:.0f} s; report {a.out / 'study.md'}")

@@ -23,7 +23,8 @@ class BenchConfig:
     ``write_latency``: PMEM read / write latency in cycles (None: the bench's own default; the
     write latency defaults to the read latency). ``trace``: a path to record the device's
     boundary trace and host action log to (``cosim.tb.device`` only, docs/traces.md).
-    ``host_trace``: log every message of the host model and the device agent
+    ``stimulus``: a directory to record the full device's per-cycle port values to
+    (:mod:`cosim.trace.stimulus`; the training job only). ``host_trace``: log every message of the host model and the device agent
     (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
     device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
     """
@@ -31,6 +32,7 @@ class BenchConfig:
     latency: int | None = None
     write_latency: int | None = None
     trace: str | None = None
+    stimulus: str | None = None
     host_trace: bool = False
     strict_media: bool = False
 

@@ -1,14 +1,56 @@
 """``make bench``: every benchmark of the project, each printing a table and writing JSON under
 build/bench/.
 
-    trainingcxl bench [--quick] [--verilator]
+    trainingcxl bench [--quick] [--verilator] [--workers N | --scheduler ADDRESS]
 
 ``--verilator`` adds the Verilator-alone speed of the full device (``verilator_speed``: one
-C++-only build per configuration and option set, several minutes each when cold).
-"""
-import argparse
+C++-only build per configuration and option set, several minutes each when cold), idle and
+under the training job's load (a 4-batch `trainingcxl train` with one power failure recorded
+cycle by cycle, then replayed from C++ with every output checked).
 
-from trainingcxl.bench import dcoh, gather_reduce, training
+Each benchmark section is a task (:mod:`trainingcxl.cluster`): by default they run one after
+the other in this process, printing as they go; with ``--workers N`` or ``--scheduler ADDRESS``
+they run at the same time on a Dask cluster (docs/campaigns.md), each capturing its output,
+which is printed in section order once all are done. Every section runs even when another
+fails; the exit status is the first failing section's. Each section builds its own simulators
+(content-hashed cache, locked per build, so two workers never build the same one twice).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import sys
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainingcxl import cluster
+
+__all__ = ["BenchSection", "run_section", "main", "SECTIONS"]
+
+SECTIONS = ("gather_reduce", "dcoh", "training")
+
+
+@dataclass(frozen=True)
+class BenchSection:
+    """One task: ``trainingcxl.bench.<name>.main(argv)``; ``capture``: return its printed
+    output instead of printing it (on a cluster worker)."""
+    name: str
+    argv: tuple
+    capture: bool = False
+
+
+def run_section(section: BenchSection, *, progress=None) -> dict:
+    """Run one benchmark section; returns ``{"name", "rc", "output"}`` (``output`` None when
+    not captured)."""
+    module = importlib.import_module(f"trainingcxl.bench.{section.name}")
+    if not section.capture:
+        return {"name": section.name, "rc": module.main(list(section.argv)), "output": None}
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = module.main(list(section.argv))
+    return {"name": section.name, "rc": rc, "output": buf.getvalue()}
 
 
 def main(argv=None):
@@ -16,12 +58,32 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="smoke sizes")
     ap.add_argument("--verilator", action="store_true",
                     help="also the Verilator-alone cycles/s of the full device (no testbench)")
+    ap.add_argument("--out", type=Path, default=Path("build/bench"),
+                    help="directory of the JSON reports")
+    cluster.add_arguments(ap)
     args = ap.parse_args(argv)
+    cluster.check_arguments(ap, args)
+    out = args.out.resolve()           # workers may run elsewhere
     extra = ["--quick"] if args.quick else []
-    rc = gather_reduce.main(extra)
-    rc = rc or dcoh.main(extra)
-    rc = rc or training.main(extra)
-    if args.verilator and not rc:
-        from trainingcxl.bench import verilator_speed
-        rc = verilator_speed.main([])
-    return rc
+    try:
+        with cluster.executor_from_args(args) as ex:
+            capture = not isinstance(ex, cluster.SerialExecutor)
+            sections = [BenchSection(name, tuple(extra + ["--out", str(out / f"{name}.json")]),
+                                     capture) for name in SECTIONS]
+            if args.verilator:
+                sections.append(BenchSection("verilator_speed",
+                                             ("--out", str(out), "--record", "4"), capture))
+            if capture:
+                print(f"bench: {len(sections)} sections on {ex.description}", flush=True)
+            done = ex.map(run_section, sections, desc="bench", unit="section",
+                          progress=capture)
+    except cluster.ClusterError as e:
+        print(f"trainingcxl bench: {e}", file=sys.stderr)
+        return 2
+    for d in done:
+        if d["output"] is not None:
+            print(d["output"], end="")
+    failed = [d for d in done if d["rc"]]
+    for d in failed:
+        print(f"bench: section {d['name']} failed (exit {d['rc']})", file=sys.stderr)
+    return failed[0]["rc"] if failed else 0

@@ -1,30 +1,48 @@
 """Crash campaign runner: ``trainingcxl crash --points N --seed S`` (docs/crash.md).
 
-Builds the device top once (Verilator, cached), runs ``trainingcxl.crash.tb`` in one simulator
-launch that tries every crash point, follows its JSON-lines results file for a progress bar
-(tqdm, on stderr), and writes ``build/crash/report.json`` (under the working directory, or ``--out``): points tried / recovered /
-bit-identical, every failure with its seed, cycle and error, and the measured figures. If the
-simulator dies mid-campaign (an RTL assertion, a crash of the simulator), the point it was on is
-recorded as failed and a new launch resumes after it. Exit status 1 on any failure.
+Builds the device top once (Verilator, cached), then runs the campaign's points as tasks
+(:mod:`trainingcxl.cluster`): by default one task, in this process, i.e. one launch of
+``trainingcxl.crash.tb`` that tries every crash point; with ``--workers N`` or ``--scheduler
+ADDRESS`` contiguous index ranges of points (``--task-points``), one launch each, on a Dask
+cluster (docs/campaigns.md). Each task has its own results directory
+(``out/parts/<start>-<stop>``) whose JSON-lines file it follows for the progress bar (one tqdm
+bar over every task, on stderr). The runner merges them by point index into
+``build/crash/points.jsonl`` and writes ``build/crash/report.json`` (under the working
+directory, or ``--out``): points tried / recovered / bit-identical, every failure with its
+seed, cycle and error, and the measured figures; the same report for any split of the same
+points, apart from :data:`WALL_CLOCK_FIELDS`. If the simulator dies mid-task (an RTL
+assertion, a crash of the simulator), the point it was on is recorded as failed and a new
+launch resumes after it; if a worker dies, the scheduler runs its task again. Exit status 1
+on any failure, 2 on bad options or an unreachable cluster.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from cosim import build as cb
+from trainingcxl import cluster
 
-__all__ = ["main", "run_campaign", "summarize"]
+__all__ = ["main", "run_campaign", "run_part", "plan_parts", "merge_parts", "summarize",
+           "CrashPart", "WALL_CLOCK_FIELDS"]
 
 DEFAULT_OUT = Path("build", "crash")
 # PMEM latencies (cycles): short reads keep a run short (the campaign replays most of a run per
 # point), longer writes keep more writes in flight at a random instant
 DEFAULT_LATENCY = 8
 DEFAULT_WRITE_LATENCY = 16
+# points per task on a cluster: each task repeats the reference run (about one point's time) and
+# a lost worker loses at most one task's points
+DEFAULT_TASK_POINTS = 100
+# report fields that measure wall-clock time: the only ones in which a campaign on a cluster
+# may differ from the serial campaign of the same points
+WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
 
 
 def _expected_points(spec: str) -> int | None:
@@ -82,44 +100,66 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
     return rep
 
 
-def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LATENCY,
-                 write_latency: int = DEFAULT_WRITE_LATENCY, out: Path = DEFAULT_OUT,
-                 workload: dict | None = None, via_host: bool = True, max_restarts: int = 5,
-                 progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
-                 profile: Path | None = None) -> dict:
-    """Run a campaign; returns the report (also written to ``out/report.json``)."""
+@dataclass(frozen=True)
+class CrashPart:
+    """One task of a campaign: the points with indices in ``[start, stop)``, run in their own
+    simulator launch (its own reference run) with results in ``out/attempt-<id>``
+    (``points.jsonl``, one ``run<k>`` directory per launch;
+    :func:`~trainingcxl.cluster.fresh_task_dir`). The other fields are the campaign's
+    (:func:`run_campaign`).
+    """
+    start: int
+    stop: int
+    out: str
+    build: cb.Build
+    cfg: object
+    points: str
+    seed: int
+    latency: int
+    write_latency: int
+    workload: dict
+    via_host: bool
+    chunk: int
+    mutate: str
+    max_restarts: int
+    profile: str | None = None
+
+
+def run_part(part: CrashPart, *, progress=None) -> dict:
+    """Run one :class:`CrashPart` (a campaign task, :mod:`trainingcxl.cluster`).
+
+    Launches the simulator on the part's points; if it dies mid-point, that point is recorded
+    as failed and a new launch resumes after it (up to ``max_restarts`` times). On a worker
+    whose cache does not hold ``part.build`` (no shared filesystem) the build is made there,
+    once per cache. ``progress(n)`` is called with the number of the part's points done.
+
+    Returns
+    -------
+    dict
+        ``records`` (the results lines), ``restarts`` and ``sim_errors``.
+    """
     from cosim.tb.config import BenchConfig
-    from hw.config import DeviceConfig
     from trainingcxl.crash.tb import CrashParams
 
-    cfg = cfg or DeviceConfig()
-    out = Path(out).resolve()     # the runner may change directory
-    out.mkdir(parents=True, exist_ok=True)
+    build = part.build
+    if not cb.is_built(build):
+        build = cb.device_build(part.cfg)
+    out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
-    t0 = time.monotonic()
-    if build is None:
-        build = cb.device_build(cfg)
-    t_build = time.monotonic() - t0
-    expected = _expected_points(points)
-    bar = None
-    if progress:
-        from tqdm import tqdm
-        bar = tqdm(total=expected, desc=f"crash seed {seed}", unit="pt", file=sys.stderr,
-                   dynamic_ncols=True)
-    skip, restarts, sim_errors = 0, 0, []
+    skip, restarts, sim_errors = part.start, 0, []
     while True:
         run_params = CrashParams(
-            bench=BenchConfig(cfg, latency=latency, write_latency=write_latency),
-            seed=seed, points=points, skip=skip, chunk=chunk, workload=dict(workload or {}),
-            results=str(results.resolve()), via_host=via_host, mutate=mutate,
-            profile=str(Path(profile).resolve()) if profile else None)
+            bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency),
+            seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
+            workload=dict(part.workload), results=str(results), via_host=part.via_host,
+            mutate=part.mutate, profile=part.profile)
         box = {}
 
         def target():
             try:
-                box["res"] = cb.run(build, "trainingcxl.crash.tb", seed=seed, params=run_params,
-                                    test_dir=out / f"run{restarts}")
+                box["res"] = cb.run(build, "trainingcxl.crash.tb", seed=part.seed,
+                                    params=run_params, test_dir=out / f"run{restarts}")
             except cb.CosimError as e:
                 box["err"] = e
 
@@ -127,11 +167,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
         th.start()
         while th.is_alive():
             th.join(1.0)
-            if bar is not None:
-                done = len({r["i"] for r in _read_lines(results) if r.get("event") == "point"})
-                if done != bar.n:
-                    bar.n = done
-                    bar.refresh()
+            if progress is not None:
+                progress(len({r["i"] for r in _read_lines(results) if r.get("event") == "point"}))
         recs = _read_lines(results)
         done = {r["i"] for r in recs if r.get("event") == "point"}
         started = [r for r in recs if r.get("event") == "start" and r["i"] not in done]
@@ -141,26 +178,111 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
             sim_errors.append(str(box["err"])[-3000:])
             with open(results, "a") as f:
                 f.write(json.dumps({"event": "point", "i": s["i"], "cycle": s["cycle"],
-                                    "seed": seed, "ok": False, "recovered": False,
+                                    "seed": part.seed, "ok": False, "recovered": False,
                                     "identical": False,
                                     "error": f"simulator died: {str(box['err'])[-1500:]}"})
                         + "\n")
             skip = s["i"] + 1
             restarts += 1
-            if restarts <= max_restarts and (expected is None or skip < expected):
+            if restarts <= part.max_restarts and skip < part.stop:
                 continue
         elif "err" in box and not any(r.get("event") == "reference" for r in recs):
             sim_errors.append(str(box["err"])[-3000:])
         break
-    if bar is not None:
-        bar.n = len({r["i"] for r in _read_lines(results) if r.get("event") == "point"})
-        bar.close()
-    rep = summarize(_read_lines(results), requested=expected)
+    return {"records": _read_lines(results), "restarts": restarts, "sim_errors": sim_errors}
+
+
+def plan_parts(expected: int, *, workers: int | None = None,
+               task_points: int = DEFAULT_TASK_POINTS) -> list[tuple[int, int]]:
+    """Contiguous index ranges ``[start, stop)`` covering ``range(expected)``.
+
+    ``workers=None`` (the serial campaign): one range, i.e. one launch, as before tasks
+    existed. On a cluster: ranges of at most ``task_points`` points, and at least ``workers``
+    ranges when there are enough points, so every worker gets work (a cluster that is still
+    starting its workers reports 1, and still gets ranges of ``task_points``)."""
+    if expected <= 0:
+        return []
+    if workers is None:
+        return [(0, expected)]
+    size = max(1, min(task_points, -(-expected // max(1, workers))))
+    return [(a, min(a + size, expected)) for a in range(0, expected, size)]
+
+
+def merge_parts(parts: list[dict]) -> tuple[list[dict], list[str]]:
+    """The results lines of a whole campaign from its parts' (in index order): the first
+    part's ``reference`` line, then every ``point`` line sorted by index (the last line of a
+    point wins). Also returns the problems found: parts that disagree on the reference run
+    (a campaign split into tasks is only the serial campaign if every launch sees the same
+    reference run)."""
+    refs = [r for p in parts for r in p["records"] if r.get("event") == "reference"]
+    problems = []
+    keys = ("cycles", "points", "batches", "latency", "write_latency", "phase_cycles")
+    if refs and any({k: r.get(k) for k in keys} != {k: refs[0].get(k) for k in keys}
+                    for r in refs[1:]):
+        problems.append("the tasks' reference runs differ: "
+                        + "; ".join(str({k: r.get(k) for k in keys}) for r in refs))
+    points = {}
+    for p in parts:
+        for r in p["records"]:
+            if r.get("event") == "point":
+                points[r["i"]] = r
+    ref = [{**refs[0], "skip": 0}] if refs else []
+    return ref + [points[i] for i in sorted(points)], problems
+
+
+def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LATENCY,
+                 write_latency: int = DEFAULT_WRITE_LATENCY, out: Path = DEFAULT_OUT,
+                 workload: dict | None = None, via_host: bool = True, max_restarts: int = 5,
+                 progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
+                 profile: Path | None = None, executor=None,
+                 task_points: int = DEFAULT_TASK_POINTS) -> dict:
+    """Run a campaign; returns the report (also written to ``out/report.json``).
+
+    ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
+    campaign's parts (:func:`plan_parts`, :func:`run_part`), each in ``out/parts/<start>-<stop>``;
+    their results are merged by point index into ``out/points.jsonl`` and one report, the same
+    for any split of the same points (fields that measure wall-clock time excepted:
+    :data:`WALL_CLOCK_FIELDS`). The simulator is built here, before any task starts, so every
+    worker sharing this machine's cache (or a shared filesystem) finds it built.
+    """
+    from hw.config import DeviceConfig
+    from trainingcxl.cluster import SerialExecutor
+
+    cfg = cfg or DeviceConfig()
+    executor = executor or SerialExecutor()
+    out = Path(out).resolve()     # the runner and the workers may change directory
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / "points.jsonl"
+    results.write_text("")
+    t0 = time.monotonic()
+    if build is None:
+        build = cb.device_build(cfg)
+    t_build = time.monotonic() - t0
+    expected = _expected_points(points)
+    workers = None if isinstance(executor, SerialExecutor) else executor.workers
+    ranges = plan_parts(expected, workers=workers, task_points=task_points)
+    if (out / "parts").exists():
+        shutil.rmtree(out / "parts")
+    parts = [CrashPart(start=a, stop=b, out=str(out / "parts" / f"{a:06d}-{b:06d}"), build=build,
+                       cfg=cfg, points=points, seed=seed, latency=latency,
+                       write_latency=write_latency, workload=dict(workload or {}),
+                       via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
+                       profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
+                                                                else f".{a}"))
+                       if profile else None)
+             for a, b in ranges]
+    done = executor.map(run_part, parts, weights=[b - a for a, b in ranges],
+                        desc=f"crash seed {seed}", unit="pt", progress=progress)
+    records, problems = merge_parts(done)
+    results.write_text("".join(json.dumps(r) + "\n" for r in records))
+    sim_errors = [e for d in done for e in d["sim_errors"]] + problems
+    rep = summarize(records, requested=expected)
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
-               workload=workload or {}, via_host=via_host, sim_restarts=restarts,
-               sim_errors=sim_errors, build_s=round(t_build, 1),
-               wall_s=round(time.monotonic() - t0, 1), results=str(results))
+               workload=workload or {}, via_host=via_host,
+               sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
+               build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
+               results=results.name)
     rep["ok"] = (rep["failed"] == 0 and not sim_errors and rep["tried"] == expected
                  and rep["identical"] == rep["tried"])
     (out / "report.json").write_text(json.dumps(rep, indent=2) + "\n")
@@ -190,8 +312,16 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--profile", type=Path, default=None,
-                   help="write cProfile statistics of the points loop here")
+                   help="write cProfile statistics of the points loop here (on a cluster: one "
+                        "file per task, suffixed with its first point)")
+    p.add_argument("--task-points", type=int, default=DEFAULT_TASK_POINTS,
+                   help="on a cluster: at most this many points per task (default "
+                        f"{DEFAULT_TASK_POINTS}; each task repeats the reference run)")
+    cluster.add_arguments(p)
     a = p.parse_args(argv)
+    cluster.check_arguments(p, a)
+    if a.task_points < 1:
+        p.error(f"--task-points must be >= 1, got {a.task_points}")
     from hw.config import CONFIGS, named
     if a.points < 1 or a.latency < 1 or a.write_latency < 1 or a.chunk < 1:
         p.error("--points, --latency, --write-latency and --chunk must be >= 1")
@@ -209,10 +339,17 @@ def main(argv=None) -> int:
         spec = "range:" + a.cycle_range
     else:
         spec = f"random:{a.points}"
-    rep = run_campaign(points=spec, seed=a.seed, cfg=named(a.config), latency=a.latency,
-                       write_latency=a.write_latency, chunk=a.chunk, mutate=a.mutate,
-                       out=a.out, workload=a.workload, via_host=not a.backdoor,
-                       progress=not a.no_progress, profile=a.profile)
+    try:
+        with cluster.executor_from_args(a) as ex:
+            print(f"crash campaign seed {a.seed} ({spec}): {ex.description}", flush=True)
+            rep = run_campaign(points=spec, seed=a.seed, cfg=named(a.config),
+                               latency=a.latency, write_latency=a.write_latency, chunk=a.chunk,
+                               mutate=a.mutate, out=a.out, workload=a.workload,
+                               via_host=not a.backdoor, progress=not a.no_progress,
+                               profile=a.profile, executor=ex, task_points=a.task_points)
+    except cluster.ClusterError as e:
+        print(f"trainingcxl crash: {e}", file=sys.stderr)
+        return 2
     print(f"crash campaign seed {a.seed} ({spec}): {rep['tried']} points tried, "
           f"{rep['recovered']} recovered, {rep['identical']} bit-identical, "
           f"{rep['failed']} failed; reference run {rep['reference_cycles']} cycles, "

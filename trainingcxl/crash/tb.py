@@ -50,10 +50,12 @@ class CrashParams:
     ``bench``: device configuration and PMEM latencies (read default 16, write default the
     read latency). ``points``: ``random:N`` (N seeded cycles in ``[0, T]``, T = length of the
     reference run), ``range:A:B`` (every cycle in ``[A, B)``) or a comma-separated list of
-    cycles. ``skip``: points already done (resume after a simulator death). ``chunk``: points
-    per snapshot pass. ``workload``: keyword arguments of ``make_workload``. ``results``:
-    JSON-lines file (one ``reference`` line, then ``pass``/``start``/``point`` lines; the
-    campaign runner follows it for its progress bar). ``via_host``: descriptors/completions
+    cycles. ``skip``: points already done (resume after a simulator death); ``stop``: the index
+    after the last point of this launch (None: every point), so a campaign split into tasks
+    gives each launch the points ``skip <= i < stop``. ``chunk``: points per snapshot pass.
+    ``workload``: keyword arguments of ``make_workload``. ``results``: JSON-lines file (one
+    ``reference`` line, then ``pass``/``start``/``point`` lines; the campaign runner follows it
+    for its progress bar). ``via_host``: descriptors/completions
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
     ``profile``: a path for cProfile statistics of the points loop.
@@ -62,6 +64,7 @@ class CrashParams:
     seed: int = 1
     points: str = "random:20"
     skip: int = 0
+    stop: int | None = None
     chunk: int = 25
     workload: dict = field(default_factory=dict)
     results: str | None = None
@@ -304,7 +307,8 @@ async def crash_campaign(dut):
         prof = cProfile.Profile()
         prof.enable()
     failed = 0
-    todo = [(i, c) for i, c in enumerate(points) if i >= skip]
+    stop = len(points) if tb.params.stop is None else min(tb.params.stop, len(points))
+    todo = [(i, c) for i, c in enumerate(points) if skip <= i < stop]
     chunk = max(1, tb.params.chunk)
     for k in range(0, len(todo), chunk):
         part = todo[k:k + chunk]
@@ -322,4 +326,4 @@ async def crash_campaign(dut):
     if prof is not None:
         prof.disable()
         prof.dump_stats(tb.params.profile)
-    assert failed == 0, f"{failed} of {len(points) - skip} crash points failed (seed {tb.seed})"
+    assert failed == 0, f"{failed} of {len(todo)} crash points failed (seed {tb.seed})"

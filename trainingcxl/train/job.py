@@ -69,6 +69,10 @@ def _args(argv):
     ap.add_argument("--trace", type=Path, default=None,
                     help="record every boundary transaction (CXL.mem, media, CSR) as JSON lines "
                          "here (docs/traces.md; large: one line per handshake)")
+    ap.add_argument("--stimulus", type=Path, default=None, metavar="DIR",
+                    help="record the device's ports every cycle into DIR, for the replay of "
+                         "`python -m trainingcxl.bench.verilator_speed --load DIR` "
+                         "(about 0.6 kB per cycle)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
@@ -166,7 +170,9 @@ def main(argv=None) -> int:
     b = cb.device_build(cfg)
     print(f"  ready in {time.time() - t0:.0f} s", flush=True)
     res_path = (a.out / "rtl_run.json").resolve()
-    spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None),
+    spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
+                                         stimulus=(str(a.stimulus.resolve()) if a.stimulus
+                                                   else None)),
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
                        latency=a.latency, mlp_cycles=a.mlp_cycles, seed=a.seed,
                        out=str(res_path),

@@ -66,6 +66,10 @@ async def train_with_power_failures(dut):
     seed = spec.seed
     mcfg = spec.model
     n = spec.batches
+    stim = None
+    if spec.bench.stimulus:                 # per-cycle ports for a replay without Python
+        from cosim.trace.stimulus import StimulusRecorder
+        stim = StimulusRecorder(dut, spec.bench.stimulus, cfg=cfg)
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     lat = spec.latency
     pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=lat, write_latency=lat,
@@ -119,6 +123,8 @@ async def train_with_power_failures(dut):
         prof = cProfile.Profile()
         prof.enable()
     res = await bridge(run)()
+    if stim is not None:
+        _say(f"stimulus: {stim.cycles} cycles recorded in {stim.close()}")
     if prof is not None:
         prof.disable()
         prof.dump_stats(spec.profile)

@@ -18,7 +18,8 @@ the row's true contents); UPDATE with a fault on each of its reads and writes an
 logger's synchronous path (row read, record write); COMMIT with the superblock write failing;
 LOOKUP without LOG on each of its reads; seeded random faults over whole batches (every fault
 reported); recovery meeting a read or write error (reported, stops unready, a retry restores
-the rows); a completion record write that fails (reported in the error registers); a host
+the rows); a completion record write that fails (reported in the error registers); a SNAPSHOT
+copy meeting a read or write error (reported, the MLP slot unchanged, a retry works); a host
 read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
@@ -529,7 +530,44 @@ async def media_completion_write_fails(dut):
     assert tb.mem.read(out, 2 * 64) == bytes(2 * 64) != before, tb.where("LOOKUP 3 ran")
 
 
-# ---------------------------------------------------------------------------- 8. host read
+# ---------------------------------------------------------------------------- 8. snapshot
+@cocotb.test()
+@cocotb.parametrize(where=["source_read", "slot_write", "header_write"])
+async def media_snapshot_copy_reports(dut, where):
+    """A SNAPSHOT whose background copy meets one media error (a source line read, a payload
+    line write, the slot header write): its completion is OK (written at once, section 9), the
+    copy stops and reports ERR_CODE = MEDIA with the epoch, MLP_SLOT/MLP_EPOCH stay unchanged;
+    the same SNAPSHOT again without the fault completes and its slot holds the payload."""
+    from cosim.device_driver import DeviceDriver
+    from sw_model.training import snap_slot_addr
+    tb = await fresh(dut, f"snapshot/{where}", [(0, 16, 16, 0.0)])
+    payload = tb.rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    src = tb.stage(payload)
+    slot_a = snap_slot_addr(tb.cfg, 0)
+    rule = {"source_read": dict(op="read", lo=src + 2 * LINE, hi=src + 3 * LINE),
+            "slot_write": dict(op="write", lo=slot_a + 5 * LINE, hi=slot_a + 6 * LINE),
+            "header_write": dict(op="write", lo=slot_a, hi=slot_a + LINE)}[where]
+    tb.pmem.add_fault(name=where, count=1, **rule)
+    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 1)],
+                           "SNAPSHOT")
+    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
+    await tb.drv.wait_snapshot_idle()
+    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
+    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
+        tb.where("a failed snapshot became the MLP slot")
+    await tb.err_clear()
+    (c,), faults = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 2)],
+                                "SNAPSHOT again")
+    expect_status(tb, c, E.OK, "SNAPSHOT again")
+    await tb.drv.wait_snapshot_idle()
+    assert not faults and not await tb.drv.read("STATUS") & 2
+    slot = await tb.drv.read("MLP_SLOT")
+    assert slot in (1, 2) and await tb.drv.read64("MLP_EPOCH") == 1
+    assert tb.mem.read(snap_slot_addr(tb.cfg, slot - 1) + LINE, len(payload)) == payload
+
+
+# ---------------------------------------------------------------------------- 9. host read
 @cocotb.test()
 async def media_host_read_poisoned(dut):
     """A host MemRd (SnpCur) of a table line whose media read fails: MemData with poison 1;
@@ -549,7 +587,7 @@ async def media_host_read_poisoned(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 1
+MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 3 + 1
 
 
 @pytest.fixture(scope="module")

@@ -176,7 +176,7 @@ class DeviceDriver:
     async def recover(self, timeout: int = 200_000) -> int:
         """CONTROL.RECOVER, then poll STATUS until READY (and not RECOVERING). Returns the
         committed batch (COMMITTED_HI:LO). Raises :class:`DriverError` on timeout or when the
-        recovery recorded an error."""
+        recovery recorded an error (also when it stopped unready after a media error)."""
         t0 = self.pmem.cycle
         await self.write("CONTROL", 1)
         waited = 0
@@ -184,6 +184,12 @@ class DeviceDriver:
             st = await self.read("STATUS")
             if st & self.STATUS_READY and not st & self.STATUS_RECOVERING:
                 break
+            if (st & self.STATUS_ERROR and
+                    not st & (self.STATUS_READY | self.STATUS_RECOVERING)):
+                # ended unready with an error (a media error stops recovery; a RECOVER
+                # refused with CSR_BUSY): RECOVERING is already set when the first STATUS
+                # read after the CONTROL write lands, so this is not a recovery yet to start
+                raise DriverError(f"recovery stopped unready: {await self.error_state()}")
             if waited >= timeout:
                 raise DriverError(f"recovery not complete after {waited} cycles: "
                                   f"{await self.error_state()}")

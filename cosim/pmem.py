@@ -22,7 +22,7 @@ when rising edge *e* sampled them):
   handshakes at edge ``a + read_latency + 1``: handshake to handshake is ``read_latency + 1``
   edges, a constant offset of +1 (measured by ``tests.cosim.infra.test_infra.test_latency_exact``). Later
   beats follow one per cycle; bursts return in AR order, one beat per cycle at peak.
-  RID = ARID, RRESP = OKAY. A read returns ``mem`` as it was at its AR handshake.
+  RID = ARID, RRESP = OKAY (unless a fault rule fires, below). A read returns ``mem`` as it was at its AR handshake.
 * Write: the burst's data is applied to ``mem`` at the later of its AW handshake and its last W
   handshake (edge *d*); the B response is driven at edge ``d + write_latency`` and, with
   BREADY high, handshakes at ``d + write_latency + 1`` (same +1 offset). B responses go out
@@ -39,9 +39,23 @@ them and ``self.unacked`` holds those whose data is already applied, each with t
 overwrote (``PendingWrite.old``), so a power-failure model can roll any 8-byte word back.
 Bursts whose AW or last W is still missing sit in ``self._aw_waiting`` / ``self._w_waiting`` /
 ``self._w_beats`` (not yet applied to ``mem``).
+
+Media faults (:class:`MediaFault`, ``pmem.add_fault(...)``): a rule makes matching bursts
+answer SLVERR or DECERR instead of OKAY, decided at the AR handshake (reads) or when the burst's
+data is complete (writes), so the timing above is unchanged. A matching read answers the error
+on every beat of its burst with garbage data (seeded, ``MediaFault.data``); a matching write
+answers the error on B and, by default, is not applied to ``mem`` (nothing reached the media;
+``apply_write=True`` applies it anyway). A rule matches a burst whose bytes overlap
+``[lo, hi)``, with probability ``probability`` (one seeded draw per matching burst), skipping
+the first ``after`` matching bursts, at most ``count`` times (None: permanent); each rule draws
+from its own generator, seeded by ``seed`` and the number of rules added before it. Every injected
+error is appended to ``pmem.faults`` (:class:`InjectedFault`: cycle, op, address, bytes, kind,
+rule) so a test can check that each one was reported.
 """
 from __future__ import annotations
 
+import enum
+import hashlib
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -54,7 +68,8 @@ from cocotbext.axi.axi_channels import AxiARSink, AxiAWSink, AxiBSource, AxiRSou
 from cocotbext.axi.reset import Reset
 from cocotbext.axi.sparse_memory import SparseMemory
 
-__all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord"]
+__all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord", "AxiResp",
+           "MediaFault", "InjectedFault"]
 
 CHANNELS = ("ar", "r", "aw", "w", "b")
 _BURST_INCR = 0b01
@@ -220,6 +235,95 @@ class _BSource(_TimedSourceMixin, AxiBSource):
     _fields = ("bid", "bresp")
 
 
+class AxiResp(enum.IntEnum):
+    """AXI4 RRESP/BRESP values."""
+    OKAY = 0
+    EXOKAY = 1
+    SLVERR = 2
+    DECERR = 3
+
+
+@dataclass(frozen=True)
+class MediaFault:
+    """One media-fault rule of the PMEM model (see the module docstring).
+
+    ``op``: ``"read"``, ``"write"`` or ``"rw"``. ``resp``: the error answered
+    (``AxiResp.SLVERR`` or ``AxiResp.DECERR``). ``lo``/``hi``: byte address range ``[lo, hi)``
+    a burst must overlap (default: everything). ``probability``: chance that a matching burst
+    faults (seeded draw; 1.0 = always). ``after``: matching bursts to let through first.
+    ``count``: at most this many faults (1 = one shot, k = the first k; None = permanent).
+    ``data``: RDATA of a faulted read, ``"garbage"`` (seeded bytes that differ from ``mem``),
+    ``"zeros"`` or ``"mem"`` (the real contents). ``apply_write``: a faulted write still
+    updates ``mem``. ``name``: reported with each fault."""
+    op: str = "read"
+    resp: AxiResp = AxiResp.SLVERR
+    lo: int = 0
+    hi: int = 1 << 64
+    probability: float = 1.0
+    after: int = 0
+    count: int | None = None
+    data: str = "garbage"
+    apply_write: bool = False
+    name: str = ""
+
+    def __post_init__(self):
+        if self.op not in ("read", "write", "rw"):
+            raise ValueError(f"MediaFault.op must be 'read', 'write' or 'rw', got {self.op!r}")
+        if AxiResp(self.resp) not in (AxiResp.SLVERR, AxiResp.DECERR):
+            raise ValueError(f"MediaFault.resp must be SLVERR or DECERR, got {self.resp!r}")
+        if not (isinstance(self.lo, int) and isinstance(self.hi, int) and 0 <= self.lo < self.hi):
+            raise ValueError(f"MediaFault range must satisfy 0 <= lo < hi, got "
+                             f"[{self.lo!r}, {self.hi!r})")
+        if not 0 < self.probability <= 1:
+            raise ValueError(f"MediaFault.probability must be in (0, 1], got "
+                             f"{self.probability!r}")
+        if not isinstance(self.after, int) or self.after < 0:
+            raise ValueError(f"MediaFault.after must be an int >= 0, got {self.after!r}")
+        if self.count is not None and (not isinstance(self.count, int) or self.count < 1):
+            raise ValueError(f"MediaFault.count must be None or an int >= 1, got {self.count!r}")
+        if self.data not in ("garbage", "zeros", "mem"):
+            raise ValueError(f"MediaFault.data must be 'garbage', 'zeros' or 'mem', got "
+                             f"{self.data!r}")
+
+    def matches(self, op: str, addr: int, nbytes: int) -> bool:
+        return self.op in (op, "rw") and addr < self.hi and addr + nbytes > self.lo
+
+
+@dataclass(frozen=True, slots=True)
+class InjectedFault:
+    """One error the PMEM model answered: ``cycle`` of the AR handshake (read) or of the data
+    completion (write), ``op`` ``"read"``/``"write"``, burst ``addr`` and ``nbytes``, AXI
+    ``axid``, ``resp``, the rule's index in ``pmem.fault_rules`` and its name."""
+    cycle: int
+    op: str
+    addr: int
+    nbytes: int
+    axid: int
+    resp: AxiResp
+    rule: int
+    name: str
+
+
+class _FaultState:
+    """A rule with its counters and its own seeded generator."""
+    __slots__ = ("spec", "seen", "fired", "rng")
+
+    def __init__(self, spec, seed):
+        self.spec, self.seen, self.fired, self.rng = spec, 0, 0, random.Random(seed)
+
+    def decide(self, op, addr, nbytes) -> bool:
+        s = self.spec
+        if not s.matches(op, addr, nbytes):
+            return False
+        self.seen += 1
+        if self.seen <= s.after or (s.count is not None and self.fired >= s.count):
+            return False
+        if s.probability < 1 and self.rng.random() >= s.probability:
+            return False
+        self.fired += 1
+        return True
+
+
 @dataclass(slots=True)
 class WriteRecord:
     """One write burst as logged: cycles of its AW handshake, its data completion (later of AW
@@ -268,6 +372,9 @@ class PmemModel(Reset):
         self.seed = seed
         self.log_writes = log_writes
         self.write_log: list[WriteRecord] = []
+        self.fault_rules: list[_FaultState] = []
+        self._rules_added = 0
+        self.faults: list[InjectedFault] = []
         self._period = None
         self._t0 = None
 
@@ -364,6 +471,57 @@ class PmemModel(Reset):
             "ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
             "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles")}
 
+    # ------------------------------------------------------------------ media faults
+
+    def add_fault(self, spec: MediaFault | None = None, **kw) -> int:
+        """Add a fault rule (a :class:`MediaFault`, or its fields as keywords); returns its
+        index in ``fault_rules``. Rules are tried in order; the first that fires answers."""
+        if spec is None:
+            spec = MediaFault(**kw)
+        elif kw:
+            raise TypeError("add_fault: give a MediaFault or keywords, not both")
+        if not isinstance(spec, MediaFault):
+            raise TypeError(f"add_fault: expected a MediaFault, got {spec!r}")
+        i = len(self.fault_rules)
+        # (seeded by the count of rules ever added, so a rule re-added after clear_faults()
+        # draws a fresh sequence)
+        self._rules_added += 1
+        self.fault_rules.append(_FaultState(spec, (self.seed << 20) ^ (self._rules_added
+                                                                       * 0x9E3779B1)))
+        return i
+
+    def clear_faults(self):
+        """Remove every rule (``faults`` keeps what was injected)."""
+        self.fault_rules.clear()
+
+    def _fault(self, op, addr, nbytes, axid, t):
+        """The rule that faults this burst, logged, or None."""
+        for i, st in enumerate(self.fault_rules):
+            if st.decide(op, addr, nbytes):
+                spec = st.spec
+                self.faults.append(InjectedFault(self.cycle_at(t) if self._t0 is not None
+                                                 else 0, op, addr, nbytes, axid,
+                                                 AxiResp(spec.resp), i, spec.name))
+                return spec
+        return None
+
+    def _fault_data(self, spec, addr, nbytes) -> bytes:
+        if spec.data == "mem":
+            return self.mem.read(addr, nbytes)
+        if spec.data == "zeros":
+            return bytes(nbytes)
+        real = self.mem.read(addr, nbytes)
+        out = bytearray()
+        k = len(self.faults)
+        while len(out) < nbytes:
+            out += hashlib.blake2b(f"{self.seed}:{addr}:{k}:{len(out)}".encode(),
+                                   digest_size=64).digest()
+        out = bytearray(out[:nbytes])
+        for i in range(0, nbytes, 64):       # every line differs from the real contents
+            if out[i:i + 64] == real[i:i + 64]:
+                out[i] ^= 0xFF
+        return bytes(out)
+
     @staticmethod
     def _pauses(rng, p):
         rnd = rng.random
@@ -398,6 +556,21 @@ class PmemModel(Reset):
         self.ar_count += 1
         lanes, push, lat = self.byte_lanes, self.r.push, self.read_latency
         num_bytes, aligned = self._check_burst("AR", addr, length, size, burst)
+        if self.fault_rules:
+            lo = addr - addr % lanes
+            hi = (aligned + num_bytes * length + lanes - 1) // lanes * lanes
+            spec = self._fault("read", addr, aligned + num_bytes * length - addr, arid, t)
+            if spec is not None:
+                data = self._fault_data(spec, lo, hi - lo)
+                resp = int(spec.resp)
+                words = [int.from_bytes(data[i:i + lanes], "little")
+                         for i in range(0, hi - lo, lanes)]
+                if num_bytes != lanes:   # narrow: the bus word around each beat
+                    words = [words[((addr if n == 0 else aligned + n * num_bytes) - lo) // lanes]
+                             for n in range(length)]
+                for n, word in enumerate(words):
+                    push(t, lat, (arid, word, int(n == length - 1), resp), None)
+                return
         if num_bytes == lanes:
             base = addr - addr % lanes
             data = self.mem.read(base, lanes * length)
@@ -456,13 +629,21 @@ class PmemModel(Reset):
             t_done = max(t_aw, t_w)
             rec = WriteRecord(awid, addr, sum(len(d) for _, d in segments),
                               self.cycle_at(t_aw), self.cycle_at(t_done))
+            resp = 0
+            if self.fault_rules:
+                nbytes = (1 << size) * length - addr % (1 << size)
+                spec = self._fault("write", addr, nbytes, awid, t_done)
+                if spec is not None:
+                    resp = int(spec.resp)
+                    if not spec.apply_write:    # nothing reached the media
+                        segments = []
             pw = PendingWrite(rec, segments, [(a, self.mem.read(a, len(d))) for a, d in segments])
             for a, d in segments:
                 self.mem.write(a, d)
             if self.log_writes:
                 self.write_log.append(rec)
             self.unacked.append(pw)
-            self.b.push(t_done, self.write_latency, (awid, 0), pw)
+            self.b.push(t_done, self.write_latency, (awid, resp), pw)
 
     def _segments(self, addr, size, beats):
         """Contiguous ``(addr, bytes)`` runs written by a burst (byte lanes per AXI A3.4)."""

@@ -134,6 +134,10 @@ class TrainingCXLDevice(wiring.Component):
             # the gather completes only after the logger took all its rows and lines
             cp.log_settled.eq(1),
             cp.log_full_events.eq(logger.full_events),
+            # a failed record write: UPDATE and COMMIT of the batch are refused with MEDIA
+            cp.log_media_err.eq(logger.media_err),
+            # a media error during recovery: ERR_CODE = MEDIA (recovery then stops unready)
+            cp.rec_err.eq(persist.rec_media),
             cp.committed.eq(persist.committed), cp.ready.eq(persist.ready),
             cp.persist_busy.eq(persist.busy),
             persist.recover.eq(cp.recover),

@@ -9,7 +9,7 @@ __all__ = ["ErrorRegisters", "error_event_layout", "ERROR_SOURCES"]
 error_event_layout = data.StructLayout({"valid": 1, "code": 8, "value": 64})
 
 # event sources, highest priority first (docs/training.md section 3)
-ERROR_SOURCES = ("csr", "ring", "desc", "snap")
+ERROR_SOURCES = ("csr", "ring", "desc", "snap", "recovery")
 
 
 class ErrorRegisters(wiring.Component):
@@ -17,13 +17,14 @@ class ErrorRegisters(wiring.Component):
 
     Each cycle up to one event per source; the highest-priority one (``csr`` = a CSR-block error,
     ``ring`` = a bad ring or doorbell write or a RECOVER while busy, ``desc`` = a descriptor
-    completed with a non-zero status, ``snap`` = a media error of a background snapshot copy)
+    completed with a non-zero status, ``snap`` = a media error of a background snapshot copy,
+    ``recovery`` = the first media error of a recovery)
     sets ``err_code``/``err_value`` and ``error`` (last error wins) and pulses ``irq_err`` in
     the same cycle; ``err_count`` counts every event of every source.
 
     Members
     -------
-    csr, ring, desc, snap : In(error_event_layout)
+    csr, ring, desc, snap, recovery : In(error_event_layout)
         The events of a cycle (``valid``, ``code``, ``value``).
     err_clear : In(1)
         Clears ``error`` (an event in the same cycle wins).

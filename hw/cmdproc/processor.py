@@ -29,7 +29,7 @@ class CommandProcessor(wiring.Component):
     DECODE (kind, table id, batch, widths; docs order, :class:`DescriptorDecoder`) → the engine
     (LOOKUP: gather; its undo records may still be in flight when it completes. UPDATE: first
     wait until the undo logger is idle, so every record is persistent before any in-place
-    write, then the update engine. COMMIT: the MLP lag check (section 9; waits while an
+    write (``MEDIA`` instead if a record write of the batch failed), then the update engine. COMMIT: the MLP lag check (section 9; waits while an
     in-flight snapshot would satisfy it), the same wait, then the persist engine. SNAPSHOT: its
     checks, a wait while a snapshot is in flight, then the snapshot engine is started and the
     completion written at once, the copy running in the background) → CPL (write the completion
@@ -70,6 +70,10 @@ class CommandProcessor(wiring.Component):
     log_idle, log_settled, log_records, log_full_events : In; log_batch : Out(64)
         Undo logger: no record write in flight, no tee input pending, its counters; the open
         batch.
+    log_media_err : In(1)
+        Undo logger: a record write (or a synchronous-path row read) of the open batch failed
+        (sticky until retire). An UPDATE or COMMIT that finds it set once the logger is idle
+        completes with ``MEDIA`` and does nothing (the batch must be aborted by recovery).
     up_cmd, up_cpl
         Update engine: Out stream, In stream.
     committed, ready, persist_busy : In; commit : Out stream {batch}; commit_done : In stream
@@ -79,6 +83,9 @@ class CommandProcessor(wiring.Component):
         ``snap_busy`` (a copy in flight), ``snap_accepted`` (A), ``snap_epoch`` (P; changes in
         the cycle ``snap_busy`` falls), ``snap_err`` pulse with ``snap_err_value`` (reported as
         ``MEDIA``, lowest priority of a cycle's error events), ``mlp_lag`` (k).
+    rec_err : In(1)
+        Pulse: the persist engine's first media error of a recovery (reported as ``MEDIA``,
+        value 0, after every other source).
     busy : Out(1)
         A descriptor executing or pending.
     cyc_lookup, cyc_update, cyc_commit, desc_done, upd_stalls, sat_total, log_total : Out(32)
@@ -105,6 +112,7 @@ class CommandProcessor(wiring.Component):
             "lk_cmd": Out(stream.Signature(lookup_cmd_layout(ab))), "lk_log": Out(1),
             "lk_table": Out(16), "lk_cpl": In(stream.Signature(lookup_cpl_layout(ab))),
             "log_idle": In(1), "log_settled": In(1), "log_records": In(32),
+            "log_media_err": In(1),
             "log_full_events": In(32),
             "log_batch": Out(64),
             "up_cmd": Out(stream.Signature(update_cmd_layout(ab))),
@@ -119,6 +127,7 @@ class CommandProcessor(wiring.Component):
             "snap_start": Out(stream.Signature(snap_start_layout(ab))),
             "snap_busy": In(1), "snap_accepted": In(64), "snap_epoch": In(64),
             "snap_err": In(1), "snap_err_value": In(64), "mlp_lag": In(32),
+            "rec_err": In(1),
         }
         for r in RING_REGS:
             members[r] = In(32)
@@ -152,6 +161,8 @@ class CommandProcessor(wiring.Component):
                      errors.csr.eq(Cat(self.csr_err_valid, self.csr_err_code, self.csr_err_value)),
                      errors.snap.eq(Cat(self.snap_err, Const(DeviceError.MEDIA, 8),
                                         self.snap_err_value)),
+                     errors.recovery.eq(Cat(self.rec_err, Const(DeviceError.MEDIA, 8),
+                                            Const(0, 64))),
                      self.err_code.eq(errors.err_code), self.err_value.eq(errors.err_value),
                      self.err_count.eq(errors.err_count), self.error.eq(errors.error),
                      self.irq_err.eq(errors.irq_err)]
@@ -270,7 +281,12 @@ class CommandProcessor(wiring.Component):
                 # the LOOKUPs' undo records must be persistent before any in-place write
                 with m.If(self.log_idle):
                     m.d.sync += rec0.eq(self.log_records)
-                    m.next = "UPDATE"
+                    with m.If(self.log_media_err):
+                        # a record of this batch may be missing: no in-place write
+                        m.d.sync += [r.status.eq(DeviceError.MEDIA), r.err_value.eq(0)]
+                        m.next = "CPL"
+                    with m.Else():
+                        m.next = "UPDATE"
             with m.State("UPDATE"):
                 m.d.comb += self.up_cmd.valid.eq(1)
                 with m.If(self.up_cmd.ready):
@@ -291,7 +307,11 @@ class CommandProcessor(wiring.Component):
             with m.State("COMMIT_DRAIN"):
                 with m.If(self.log_idle):
                     m.d.sync += r.log_records.eq(self.log_records)
-                    m.next = "COMMIT"
+                    with m.If(self.log_media_err):
+                        m.d.sync += [r.status.eq(DeviceError.MEDIA), r.err_value.eq(0)]
+                        m.next = "CPL"
+                    with m.Else():
+                        m.next = "COMMIT"
             with m.State("COMMIT"):
                 m.d.comb += self.commit.valid.eq(1)
                 with m.If(self.commit.ready):
@@ -326,6 +346,10 @@ class CommandProcessor(wiring.Component):
         m.d.comb += executing.eq(~fsm.ongoing("IDLE"))
 
         # ---- error event of a completed descriptor (priority: ErrorRegisters) --------------
-        m.d.comb += [errors.desc.valid.eq(cpl_ev & (r.status != 0)),
-                     errors.desc.code.eq(r.status), errors.desc.value.eq(r.err_value)]
+        # (a completion line whose write answered an error did not reach the ring: the host
+        # cannot read it, so the error registers report MEDIA with the ring slot instead)
+        cpl_wr_err = self.mem.wr_resp.payload.err
+        m.d.comb += [errors.desc.valid.eq(cpl_ev & ((r.status != 0) | cpl_wr_err)),
+                     errors.desc.code.eq(Mux(cpl_wr_err, DeviceError.MEDIA, r.status)),
+                     errors.desc.value.eq(Mux(cpl_wr_err, head & mask, r.err_value))]
         return m

@@ -15,11 +15,15 @@ Undo-log tee (docs/training.md section 5): ``log`` In(1) and ``table_id`` In(16)
 with ``cmd``. With ``log`` set, every row item the issuer reads gives one ``log_rows`` entry
 (``log_row_layout``: table, row, byte address, dim_log), in issue order, and every row-read
 response line is forked to both the pool and ``log_lines`` (``log_line_layout``; both must take
-it, through a small FIFO on the ``log_lines`` side). The command completes only once every
+it, through a small FIFO on the ``log_lines`` side), with the line's media error (``err``) so
+the logger never logs a failed read as valid. The command completes only once every
 ``log_rows`` entry and every ``log_lines`` line has been taken (so the logger has seen the whole
 LOOKUP); the logger's own writes are not waited for. With ``log`` low both streams stay idle.
+
+A media error on any read or write of the command completes it with ``MEDIA`` (``err_value``
+and ``err_bag`` 0), also when a check failed as well: the check may have seen untrusted data.
 """
-from amaranth.hdl import Module, ResetInserter, Shape, Signal
+from amaranth.hdl import Cat, Module, ResetInserter, Shape, Signal
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -150,8 +154,8 @@ class GatherReduce(wiring.Component):
         # registered level and neither side's valid depends on the other's ready)
         c_log = Signal()
         c_table = Signal(16)
-        m.submodules.log_line_q = log_line_q = fifo.SyncFIFOBuffered(width=512,
-                                                                      depth=SLICE_DEPTH)
+        m.submodules.log_line_q = log_line_q = fifo.SyncFIFOBuffered(
+            width=log_line_layout.size, depth=SLICE_DEPTH)
         resp = rows_port.rd_resp
         fork_ok = ~c_log | log_line_q.w_rdy
         m.d.comb += [
@@ -159,7 +163,9 @@ class GatherReduce(wiring.Component):
             pool.resp.valid.eq(resp.valid & fork_ok),
             resp.ready.eq(pool.resp.ready & fork_ok),
             # (the tee side of the fork: written by hand, the write is the fork's transfer)
-            log_line_q.w_data.eq(resp.payload.data),
+            # (the line's media error goes with it: the logger must not log it as valid)
+            # (log_line_layout: data in bits 0..511, err in bit 512)
+            log_line_q.w_data.eq(Cat(resp.payload.data, resp.payload.err)),
             log_line_q.w_en.eq(c_log & resp.valid & resp.ready),
         ]
         wiring.connect(m, log_line_q.r_stream, wiring.flipped(self.log_lines))
@@ -275,8 +281,11 @@ class GatherReduce(wiring.Component):
                 m.d.comb += self.busy.eq(1)
                 m.d.sync += cycles.eq(cycles + 1)
                 with m.If(drained):
-                    with m.If((err_code == 0) & media_err):
-                        m.d.sync += err_code.eq(LookupErrorCode.MEDIA)
+                    # MEDIA wins over a check error: that check may have seen untrusted data
+                    # (offsets or indices read with an error)
+                    with m.If(media_err):
+                        m.d.sync += [err_code.eq(LookupErrorCode.MEDIA), err_value.eq(0),
+                                     err_bag.eq(0)]
                     m.next = "CPL"
             with m.State("CPL"):
                 m.d.comb += [self.busy.eq(1), self.cpl.valid.eq(1)]

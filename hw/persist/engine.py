@@ -60,10 +60,16 @@ class PersistEngine(wiring.Component):
       values) and the epoch write;
     - pass 1 header read error: the slot does not end the scan (it is skipped, the scan
       continues), so a transient error inside the valid run cannot shorten the scan window;
-    - pass 2 header or data line read error: that slot is treated as invalid (not applied);
-    - MLP slot header or payload read error: that slot is invalid;
-    - table row write error: recovery still completes (``ready`` = 1), ``media_err`` reports
-      it.
+    - pass 2 header or data line read error: that slot is not applied (its data is not
+      trusted);
+    - any error of passes 1 and 2 (reads, table row writes): pass 2 runs to its end, then
+      recovery stops before the epoch write: ``ready`` stays 0, no retire, ``epoch`` keeps E
+      (a row may not have been rolled back; a retried ``recover`` redoes every rollback, same
+      values);
+    - MLP slot header or payload read error: that slot is invalid (recovery completes).
+
+    ``rec_media`` pulses with the first error response of a recovery (the device reports it as
+    ``ERR_CODE`` = ``MEDIA``, value 0).
 
     ``rd_resp`` and ``wr_resp`` are always ready (every response has a place reserved before
     its request is issued).
@@ -118,6 +124,8 @@ class PersistEngine(wiring.Component):
         Records applied by the last recovery.
     retire : Out(1)
         One-cycle pulse: after a commit's write is acknowledged, and at the end of a recovery.
+    rec_media : Out(1)
+        Pulse: the first media error of this recovery.
     media_err : Out(1)
         Sticky until the next ``recover``.
     cyc_commit, cyc_recover : Out(32)
@@ -155,6 +163,7 @@ class PersistEngine(wiring.Component):
             "recovered_records": Out(32),
             "retire": Out(1),
             "media_err": Out(1),
+            "rec_media": Out(1),
             "cyc_commit": Out(32),
             "cyc_recover": Out(32),
             "snap_busy": In(1),
@@ -224,7 +233,8 @@ class PersistEngine(wiring.Component):
                      mlp.committed.eq(committed), self.mlp_slot.eq(mlp.slot),
                      self.mlp_epoch.eq(mlp.epoch)]
         m.d.sync += retire.eq(0)
-        with m.If((rsp_v & rsp.err) | (wack & wack_err)):
+        resp_err = (rsp_v & rsp.err) | (wack & wack_err)
+        with m.If(resp_err):
             m.d.sync += media_err.eq(1)
 
         sb_word0 = SB_MAGIC | (SB_VERSION << 32)
@@ -324,7 +334,12 @@ class PersistEngine(wiring.Component):
             with m.State("APPLY"):                           # pass 2 (RecordApplier)
                 m.d.comb += app.active.eq(1)
                 with m.If(app.idle & rdr.idle & ~wrr.wr_req.valid & (wrr.outstanding == 0)):
-                    m.next = "EPOCH"
+                    with m.If(media_err | resp_err):
+                        # a record may not have been rolled back (or a header not seen):
+                        # stop before the epoch write; not ready, RECOVER again
+                        m.next = "IDLE"
+                    with m.Else():
+                        m.next = "EPOCH"
 
             with m.State("EPOCH"):                           # bytes 32..39 := E+1
                 with m.If(wrr.free):
@@ -353,7 +368,8 @@ class PersistEngine(wiring.Component):
 
         m.d.comb += self.busy.eq(~fsm.ongoing("IDLE"))
         rec = Cat(fsm.ongoing(st) for st in rec_states).any()
-        m.d.comb += self.recovering.eq(rec)
+        m.d.comb += [self.recovering.eq(rec),
+                     self.rec_media.eq(rec & resp_err & ~media_err)]
         with m.If(rec):
             m.d.sync += self.cyc_recover.eq(self.cyc_recover + 1)
         with m.If(Cat(fsm.ongoing(st) for st in com_states).any()):

@@ -13,8 +13,9 @@ def log_row_layout(addr_bits):
     return data.StructLayout({"table": 16, "row": 32, "addr": addr_bits, "dim_log": 2})
 
 
-# one 64 B line of a row's contents (byte 0 in bits 7:0), lines of a row in order
-log_line_layout = data.StructLayout({"data": 512})
+# one 64 B line of a row's contents (byte 0 in bits 7:0), lines of a row in order; ``err``: the
+# media read of this line answered an error (the data is not trustworthy)
+log_line_layout = data.StructLayout({"data": 512, "err": 1})
 
 # answer to one ``ensure`` request (DeviceError code; 0 = the row is logged and persistent)
 ensure_done_layout = data.StructLayout({"err_code": 8})

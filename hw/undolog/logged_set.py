@@ -11,7 +11,8 @@ KEY_BITS = 48          # (row, table)
 
 
 class LoggedSet(wiring.Component):
-    """Set-associative set of (table, row) keys: one lookup and one insert per cycle.
+    """Set-associative set of (table, row) keys: one lookup and one insert (or remove) per
+    cycle.
 
     Keys live in a memory of ``sets`` entries of ``ways`` keys with an asynchronous read port.
     Each set's valid bits live in a second memory with the set's epoch: a way is valid only
@@ -43,6 +44,9 @@ class LoggedSet(wiring.Component):
     insert : In(1)
         Insert the key into the lowest-numbered free way of its set (the caller inserts only
         keys that miss); with no free way, nothing is inserted and ``overflow`` counts it.
+    remove : In(1)
+        Remove the key (clear the valid bit of the way holding it, if any). Never in the same
+        cycle as ``insert`` (the undo logger uses it only after a row whose read failed).
     clear : In(1)
         Empty the set (wins over an insert in the same cycle).
     overflow : Out(32)
@@ -67,7 +71,7 @@ class LoggedSet(wiring.Component):
         self._sets, self._ways, self._eb = sets, ways, epoch_bits
         super().__init__({
             "row": In(32), "table": In(16), "hit": Out(1),
-            "insert": In(1), "clear": In(1), "overflow": Out(32),
+            "insert": In(1), "remove": In(1), "clear": In(1), "overflow": Out(32),
         })
 
     def elaborate(self, platform):
@@ -91,8 +95,10 @@ class LoggedSet(wiring.Component):
                      set_rd.addr.eq(h), v_rd.addr.eq(h)]
         vbits = Signal(n_ways)
         m.d.comb += vbits.eq(Mux(v_rd.data[n_ways:] == epoch, v_rd.data[:n_ways], 0))
-        m.d.comb += self.hit.eq(Cat(vbits[w] & (set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS]
-                                                == key) for w in range(n_ways)).any())
+        hit_ways = Signal(n_ways)
+        m.d.comb += [hit_ways.eq(Cat(vbits[w] & (set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS]
+                                                 == key) for w in range(n_ways))),
+                     self.hit.eq(hit_ways.any())]
         free_onehot = Signal(n_ways)      # lowest-numbered invalid way
         for w in reversed(range(n_ways)):
             with m.If(~vbits[w]):
@@ -104,6 +110,9 @@ class LoggedSet(wiring.Component):
             m.d.comb += [set_wr.addr.eq(h), set_wr.data.eq(Cat([key] * n_ways)),
                          set_wr.en.eq(free_onehot),
                          v_wr.addr.eq(h), v_wr.data.eq(Cat(vbits | free_onehot, epoch)),
+                         v_wr.en.eq(1)]
+        with m.Elif(self.remove & ~advance):
+            m.d.comb += [v_wr.addr.eq(h), v_wr.data.eq(Cat(vbits & ~hit_ways, epoch)),
                          v_wr.en.eq(1)]
         with m.Else():
             # scrub: set ``scrub`` gets the epoch in force next cycle, its ways emptied unless

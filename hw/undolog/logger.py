@@ -40,7 +40,12 @@ class UndoLogger(wiring.Component):
         One entry per row a LOOKUP with LOG reads, in issue order. A row's entry is taken
         before (at the earliest in the cycle the previous row finishes) its lines.
     tee_lines : In(stream.Signature(log_line_layout))
-        The dim/16 lines of each tee row, rows in the same order. Lines are taken one per cycle
+        The dim/16 lines of each tee row, rows in the same order, each with the ``err`` of its
+        media read. A row with a failed line is still written to its slot (the slot was
+        allocated with the row, before its lines), but with a CRC that cannot match (the CRC
+        state after its data lines with bit 0 flipped: recovery skips the record), and the row
+        is removed from the logged set in the cycle after its last line (no tee row or ensure
+        is taken in that cycle), so a later UPDATE logs it through ``ensure``. Lines are taken one per cycle
         while the write buffer has room, logged or not (a record's header is built in a side
         stage after its last data line and queued separately, so it costs no tee cycle). The
         write buffer holds ``cfg.log_buffer_lines`` data lines and as many headers (block RAM
@@ -56,7 +61,8 @@ class UndoLogger(wiring.Component):
         taken with the answer; one per cycle sustained); else log full: ``LOG_FULL`` (sets
         ``full``); else wait until ``q_busy`` is 0, read the row (RdCur, id 8), write its
         record, wait until every record write is acknowledged, insert the row, done (err 0, or
-        ``MEDIA`` after a read or write error, in which case the row is not inserted). The tee
+        ``MEDIA`` after a read or write error, in which case the row is not inserted and a
+        record whose read failed carries a CRC that cannot match, as for the tee). The tee
         has priority: an ensure starts only with no tee row pending or being logged.
     ensure_done : Out(stream.Signature(ensure_done_layout))
         The answers.
@@ -89,7 +95,9 @@ class UndoLogger(wiring.Component):
     full_events : Out(32)
         Such rows since reset.
     media_err : Out(1)
-        Sticky: a read or write error response.
+        Sticky until retire: an ``ensure`` read or any record write answered an error (the
+        command processor then refuses UPDATE and COMMIT of the batch with ``MEDIA``). A tee
+        line's error does not set it (the LOOKUP reports its own ``MEDIA``).
     records : Out(32)
         Records started since retire (= next slot).
     set_overflow : Out(32)
@@ -136,9 +144,15 @@ class UndoLogger(wiring.Component):
         use_ens_key = Signal()
         do_insert = Signal()
         hit = logged.hit
-        m.d.comb += [logged.row.eq(Mux(use_ens_key, en.row, tr.row)),
-                     logged.table.eq(Mux(use_ens_key, en.table, tr.table)),
-                     logged.insert.eq(do_insert), logged.clear.eq(self.retire),
+        # a tee row whose read failed is removed again in the cycle after its last line
+        # (``rm_pending``; nothing else uses the set in that cycle)
+        rm_pending = Signal()
+        rm_table, rm_row = Signal(16), Signal(32)
+        m.d.comb += [logged.row.eq(Mux(rm_pending, rm_row, Mux(use_ens_key, en.row, tr.row))),
+                     logged.table.eq(Mux(rm_pending, rm_table,
+                                         Mux(use_ens_key, en.table, tr.table))),
+                     logged.insert.eq(do_insert), logged.remove.eq(rm_pending),
+                     logged.clear.eq(self.retire),
                      self.set_overflow.eq(logged.overflow)]
 
         # ---- record writer: header stage, write buffer, write port, window ------------------
@@ -166,9 +180,15 @@ class UndoLogger(wiring.Component):
         n_lines = Signal(4)
         m.d.comb += n_lines.eq(Const(1, 4) << c_dl)
         resp = self.mem.rd_resp
-        src_valid, src_data = Signal(), Signal(512)
+        src_valid, src_data, src_err = Signal(), Signal(512), Signal()
         m.d.comb += [src_valid.eq(Mux(c_ens, resp.valid, self.tee_lines.valid)),
-                     src_data.eq(Mux(c_ens, resp.payload.data, self.tee_lines.payload.data))]
+                     src_data.eq(Mux(c_ens, resp.payload.data, self.tee_lines.payload.data)),
+                     src_err.eq(Mux(c_ens, resp.payload.err, self.tee_lines.payload.err))]
+        # a line of the row was read with a media error: the record gets a CRC that cannot
+        # match (recovery skips it), and a tee row is removed from the logged set
+        c_bad = Signal()
+        row_bad = Signal()
+        m.d.comb += row_bad.eq(c_bad | src_err)
         last = Signal()
         m.d.comb += last.eq(k == n_lines - 1)
         # a logged line is taken only when the writer can queue it and, for the last, its header
@@ -182,12 +202,14 @@ class UndoLogger(wiring.Component):
         hdr = writer.header.payload
         m.d.comb += [writer.lines.payload.data.eq(src_data), writer.lines.payload.last.eq(last),
                      hdr.table.eq(c_table), hdr.row.eq(c_row), hdr.addr.eq(c_addr),
-                     hdr.dl.eq(c_dl), hdr.crc.eq(crc_nx)]
+                     hdr.dl.eq(c_dl), hdr.crc.eq(crc_nx ^ row_bad)]
 
         ens_err = Signal()
         finishing = Signal()      # the current row ends this cycle (context free next cycle)
+        with m.If(rm_pending):           # (before the set below: a new removal wins)
+            m.d.sync += rm_pending.eq(0)
         with m.If(line_fire):
-            m.d.sync += k.eq(k + 1)
+            m.d.sync += [k.eq(k + 1), c_bad.eq(row_bad)]
             with m.If(c_wr):
                 m.d.comb += writer.lines.valid.eq(1)
                 m.d.sync += crc.eq(crc_nx)
@@ -195,6 +217,8 @@ class UndoLogger(wiring.Component):
                 m.d.sync += [ens_err.eq(1), self.media_err.eq(1)]
             with m.If(last):
                 m.d.comb += [finishing.eq(1), writer.header.valid.eq(c_wr)]
+                with m.If(c_wr & ~c_ens & row_bad):
+                    m.d.sync += [rm_pending.eq(1), rm_table.eq(c_table), rm_row.eq(c_row)]
         with m.If(finishing):
             m.d.sync += have.eq(0)
         with m.If(writer.wr_err):
@@ -208,7 +232,7 @@ class UndoLogger(wiring.Component):
             m.d.sync += rd_k.eq(rd_k + 1)
 
         def start(row, *, write, ens):
-            m.d.sync += [have.eq(1), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT),
+            m.d.sync += [have.eq(1), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT), c_bad.eq(0),
                          c_table.eq(row.table), c_row.eq(row.row), c_addr.eq(row.addr),
                          c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens)]
             if write:
@@ -222,8 +246,10 @@ class UndoLogger(wiring.Component):
         ens_code = Signal(8)
         with m.FSM(name="ensure") as ens_fsm:
             with m.State("IDLE"):
-                m.d.comb += self.tee_rows.ready.eq(free & (hit | at_full | win_ok))
-                with m.If(self.tee_rows.valid):
+                m.d.comb += self.tee_rows.ready.eq(free & ~rm_pending & (hit | at_full | win_ok))
+                with m.If(rm_pending):
+                    pass                # the logged set removes a failed row this cycle
+                with m.Elif(self.tee_rows.valid):
                     with m.If(self.tee_rows.ready):
                         with m.If(hit):
                             start(tr, write=0, ens=0)
@@ -271,7 +297,8 @@ class UndoLogger(wiring.Component):
                 with m.If(self.ensure_done.ready):
                     m.next = "IDLE"
 
-        m.d.comb += self.idle.eq(ens_fsm.ongoing("IDLE") & ~have & (writer.inflight == 0) &
+        m.d.comb += self.idle.eq(ens_fsm.ongoing("IDLE") & ~have & ~rm_pending &
+                                 (writer.inflight == 0) &
                                  writer.empty & ~self.tee_rows.valid &
                                  ~self.tee_lines.valid & ~self.ensure.valid)
 

@@ -803,9 +803,10 @@ def test_commit_writes_committed_word_and_retires_after_ack():
 @pytest.mark.parametrize("seed", [71, 72])
 def test_media_errors_during_recovery(seed):
     """Read errors: on a header inside the current run (pass 1 skips it, pass 2 drops the slot)
-    and on a data line of another current record (dropped): media_err, the other records
-    applied as in the model, the epoch still written. A superblock read error ends recovery with
-    ready = 0 and no write."""
+    and on a data line of another current record (dropped): media_err, ``rec_media`` pulses
+    once, the other records applied as in the model, then recovery stops before the epoch write
+    (ready = 0, epoch output E, superblock unchanged). A superblock read error ends recovery with
+    ready = 0 and no write. Without errors a retry applies every record and writes E+1."""
     rng = make_rng(seed)
     c = 3
     img = Image({SB_LINE: sb_bytes(c)})
@@ -823,18 +824,32 @@ def test_media_errors_during_recovery(seed):
     b.rd_err |= errs
     out = {}
 
+    pulses = []
+
+    async def count_pulses(ctx):
+        async for _, _, v in ctx.tick().sample(b.dut.rec_media):
+            pulses.append(int(v))
+
     async def tb(ctx):
         out["a"] = await b.recover(ctx)
+        out["pulses_a"] = sum(pulses)
         b.rd_err = {SB_LINE}
         out["n_w"] = len(b.writes)
         out["b"] = await b.recover(ctx)
+        b.rd_err = set()
+        out["n_w2"] = len(b.writes)
+        out["c"] = await b.recover(ctx)
 
-    run(b, tb, name=f"persist_media_{seed}")
-    a, s = out["a"], out["b"]
-    assert (a["ready"], a["media_err"], a["recovered_records"], a["epoch"]) == (1, 1, applied, 1)
-    assert row_writes(b)[:len(mwrites)] == mwrites and img.lines == expect.lines
-    check_epoch_write(b, 0, 0)
-    assert (s["ready"], s["media_err"]) == (0, 1) and len(b.writes) == out["n_w"]
+    simulate(b.dut, [tb], b.background() + [count_pulses], max_cycles=40000,
+             name=f"persist_media_{seed}")
+    a, s, r = out["a"], out["b"], out["c"]
+    assert (a["ready"], a["media_err"], a["recovered_records"], a["epoch"]) == (0, 1, applied, 0)
+    assert out["pulses_a"] == 1, out["pulses_a"]
+    assert row_writes(b)[:len(mwrites)] == mwrites and out["n_w"] == len(mwrites)
+    assert all(b.writes[i][1] != SB_LINE for i in range(out["n_w"])), "epoch written"
+    assert (s["ready"], s["media_err"]) == (0, 1) and out["n_w2"] == out["n_w"]
+    assert (r["ready"], r["media_err"], r["recovered_records"], r["epoch"]) == (1, 0, 11, 1)
+    check_epoch_write(b, b.writes[out["n_w2"]][0], 0)
 
 
 @pytest.mark.parametrize("q", [0, 16, 48])

@@ -72,24 +72,30 @@ class LogModel:
         else:
             self.overflow += 1
 
-    def record(self, table, row, dim_log, data):
+    def record(self, table, row, dim_log, data, bad=False):
+        """``bad``: a line was read with a media error: the CRC state after the data lines has
+        bit 0 flipped, so the stored CRC cannot match (hw/undolog/logger.py)."""
         dim = 16 << dim_log
         addr = row_addr(table, row, dim_log)
         vals = {"magic": LOG_MAGIC, "table": table, "dim": dim, "batch": BATCH, "row": row,
                 "addr": addr, "epoch": EPOCH}
         hdr0 = pack_fields(LOG_HDR_FIELDS, vals, 64)
-        crc = zlib.crc32(data + hdr0)
+        crc = zlib.crc32(hdr0, zlib.crc32(data) ^ int(bad))
+        assert bad == (crc != zlib.crc32(data + hdr0))
         self.image[self.next] = pack_fields(LOG_HDR_FIELDS, dict(vals, crc=crc), 64) + data
         self.next += 1
 
-    def tee(self, table, row, dim_log, data):
+    def tee(self, table, row, dim_log, data, bad=False):
+        """``bad``: a line of the row was read with an error: the record cannot match its CRC
+        and the row does not stay in the logged set."""
         if self.logged(table, row):
             return
         if self.next == self.cfg.log_slots:
             self.full_events += 1
             return
-        self.insert(table, row)
-        self.record(table, row, dim_log, data)
+        if not bad:
+            self.insert(table, row)
+        self.record(table, row, dim_log, data, bad=bad)
 
     def ensure(self, table, row, dim_log, data, media=False):
         if self.logged(table, row):
@@ -97,7 +103,7 @@ class LogModel:
         if self.next == self.cfg.log_slots:
             self.full_events += 1
             return DeviceError.LOG_FULL
-        self.record(table, row, dim_log, data)
+        self.record(table, row, dim_log, data, bad=media)
         if media:
             return DeviceError.MEDIA
         self.insert(table, row)
@@ -223,13 +229,14 @@ class Bench:
                 wq.append((max([t + self.rng.randint(*self.wr_lat)] + [r for r, _ in wq[-1:]]),
                            line))
 
-    async def tee(self, ctx, rows, p_gap=0.3):
+    async def tee(self, ctx, rows, p_gap=0.3, bad=()):
         """Send ``rows`` [(table, row, dim_log, data)] on tee_rows and their lines on tee_lines,
-        both streams driven independently with random gaps (lines may be offered early)."""
+        both streams driven independently with random gaps (lines may be offered early);
+        ``bad``: (row position, line) pairs sent with ``err``."""
         d = self.dut
         ents = [row_entry(t, r, dl) for t, r, dl, _ in rows]
-        lines = [int.from_bytes(data[64 * k:64 * (k + 1)], "little")
-                 for (_, _, dl, data) in rows for k in range(1 << dl)]
+        lines = [(int.from_bytes(data[64 * k:64 * (k + 1)], "little"), (i, k) in bad)
+                 for i, (_, _, dl, data) in enumerate(rows) for k in range(1 << dl)]
         gap = Stall(self.rng, p_gap)
         ri = li = 0
         rv = lv = False
@@ -238,7 +245,7 @@ class Bench:
                 ctx.set(d.tee_rows.payload, ents[ri])
                 rv = True
             if not lv and li < len(lines) and not gap():
-                ctx.set(d.tee_lines.payload, {"data": lines[li]})
+                ctx.set(d.tee_lines.payload, {"data": lines[li][0], "err": lines[li][1]})
                 lv = True
             ctx.set(d.tee_rows.valid, rv)
             ctx.set(d.tee_lines.valid, lv)
@@ -518,12 +525,48 @@ def test_window_limit_reached_never_exceeded():
     assert b.max_open == 3, f"max records in flight {b.max_open}"
 
 
+@pytest.mark.parametrize("seed", [41, 42])
+def test_tee_row_read_in_error_never_logged_valid(seed):
+    """A tee row with a line read in error (line 2 of a 4-line row, line 0 of a 1-line row):
+    its slot gets a record whose CRC cannot match, the row leaves the logged set (its next,
+    non-adjacent occurrence is logged again, validly; an ensure of the other one reads and logs
+    it), ``media_err`` stays 0 (the LOOKUP reports its own error); the other rows are logged as
+    usual, byte-exact."""
+    cfg = cfg_of(slots=64, sets=8, ways=2, window=4)
+    rng = make_rng(seed)
+    rows = [(1, 5, 2), (1, 6, 1), (1, 5, 2), (1, 7, 0), (1, 8, 1), (1, 6, 1)]
+    rows = [(t, r, dl, row_data(t, r, dl)) for t, r, dl in rows]
+    bad = {(0, 2), (3, 0)}
+    model = LogModel(cfg)
+    for i, row in enumerate(rows):
+        model.tee(*row, bad=any(j == i for j, _ in bad))
+    assert model.next == 5 and not model.logged(1, 7) and model.logged(1, 5)
+    b = Bench(cfg, rng)
+
+    async def tb(ctx):
+        await b.tee(ctx, rows, bad=bad)
+        await b.wait_idle(ctx)
+        st = await b.status(ctx)
+        assert st["records"] == model.next and st["media_err"] == 0, f"seed={seed}: {st}"
+        err, reads, _ = await b.ensure(ctx, 1, 5, 2, seed)
+        assert (err, reads) == (0, []), f"seed={seed}: row 5 not logged after its re-log"
+        slot = model.next
+        assert model.ensure(1, 7, 0, row_data(1, 7, 0)) == 0
+        err, reads, persistent = await b.ensure(ctx, 1, 7, 0, seed)
+        assert err == 0 and reads == [row_addr(1, 7, 0) >> 6] and slot in persistent, \
+            f"seed={seed}: row 7 (failed tee read) not logged by ensure: {err} {reads}"
+        await b.wait_idle(ctx)
+    b.run(tb, f"undolog_tee_err_{seed}")
+    check_image(b, model, seed)
+
+
 @pytest.mark.parametrize("seed", [11, 12])
 def test_ensure_path(seed):
     """After a tee: ensure of a tee-logged row answers 0 with no read and no write; a new row is
     read (its dim/16 lines, RdCur, id 8, in order), its record is byte-exact and persistent
     before the answer, then it is in the set (a second ensure: no reads); a read error answers
-    MEDIA, writes the record but does not insert (the next ensure logs it again)."""
+    MEDIA, writes the record with a CRC that cannot match and does not insert (the next ensure
+    logs it again)."""
     cfg = cfg_of(slots=64, sets=8, ways=2, window=4)
     rng = make_rng(seed)
     tee_rows = [(2, r, 1, row_data(2, r, 1)) for r in (3, 4, 3, 9)]

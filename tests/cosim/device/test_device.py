@@ -16,8 +16,8 @@ processor's width checks before the engine checks (completions also checked agai
 contract's expected status/value); the interrupt line.
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; filling it is out of
-reach in simulation, it is covered by the model tests only) and ``MEDIA`` (the PMEM model
-never answers an error).
+reach in simulation, it is covered by the model tests only) and ``MEDIA`` (media faults:
+tests/cosim/media).
 
 Pytest launcher (end of file): Device-top cosim tier: the full TrainingCXL device under Verilator against the golden model
 (above): training batches (LOOKUP+LOG, UPDATE, COMMIT, recovery) with PMEM

@@ -357,6 +357,94 @@ async def test_stream_roundtrip(dut, stall):
     assert src.idle() and snk.idle()
 
 
+@cocotb.test()
+async def test_media_faults(dut):
+    """Fault rules answer SLVERR/DECERR exactly on the bursts they select: an address range
+    (permanent), one shot, the first k after j, a seeded probability, writes not applied (and
+    applied with ``apply_write``); faulted reads return data other than the memory's; every
+    error is logged once in ``pmem.faults`` with its cycle, address and kind; untouched bursts
+    stay OKAY with the right data."""
+    from cosim.pmem import AxiResp, MediaFault
+    rng = random.Random(cocotb.RANDOM_SEED)
+    seed = rng.randrange(1 << 30)
+    dut._log.info("test_media_faults: seed=%d", seed)
+    tb = TB(dut, seed=seed)
+    await tb.reset()
+    m, p, L = tb.master, tb.pmem, 64
+    ref = bytearray(rng.randbytes(WINDOW // 4))
+    await m.write(BASE, bytes(ref))
+    assert not p.faults
+    with_fault = []
+
+    async def rd(off, n=L):
+        r = await m.read(BASE + off, n)
+        return int(r.resp), r.data
+
+    # 1. a permanent read fault on [BASE + 0x400, BASE + 0x480): lines 0x400 and 0x440 only
+    p.add_fault(MediaFault(op="read", lo=BASE + 0x400, hi=BASE + 0x480, name="range"))
+    for off in (0x3C0, 0x400, 0x440, 0x480, 0x400):
+        resp, data = await rd(off)
+        bad = 0x400 <= off < 0x480
+        assert resp == (AxiResp.SLVERR if bad else AxiResp.OKAY), (hex(off), resp)
+        if bad:
+            assert data != bytes(ref[off:off + L]), f"faulted read at +{off:#x} returned the data"
+            with_fault.append(("read", BASE + off))
+        else:
+            assert data == bytes(ref[off:off + L]), f"read at +{off:#x} differs"
+    p.clear_faults()
+    # 2. one shot DECERR, then the first 2 after skipping 1 (a second rule)
+    p.add_fault(op="read", resp=AxiResp.DECERR, lo=BASE + 0x800, hi=BASE + 0x840, count=1)
+    p.add_fault(op="read", lo=BASE + 0x900, hi=BASE + 0x940, after=1, count=2)
+    want = {0x800: [AxiResp.DECERR, 0, 0], 0x900: [0, AxiResp.SLVERR, AxiResp.SLVERR, 0]}
+    for off, resps in want.items():
+        for k, w in enumerate(resps):
+            resp, data = await rd(off)
+            assert resp == w, (hex(off), k, resp, w)
+            if w:
+                with_fault.append(("read", BASE + off))
+            else:
+                assert data == bytes(ref[off:off + L])
+    p.clear_faults()
+    # 3. probability 0.5 over 200 reads: seeded, about half fault, each one logged
+    p.add_fault(op="read", lo=BASE, hi=BASE + 0x1000, probability=0.5, name="coin")
+    n_bad = 0
+    for k in range(200):
+        off = 64 * rng.randrange(0x1000 // 64)
+        resp, data = await rd(off)
+        if resp:
+            n_bad += 1
+            with_fault.append(("read", BASE + off))
+        else:
+            assert data == bytes(ref[off:off + L])
+    assert 60 < n_bad < 140, n_bad
+    p.clear_faults()
+    # 4. writes: not applied by default, applied with apply_write; BRESP carries the error
+    p.add_fault(op="write", lo=BASE + 0x1000, hi=BASE + 0x1040, count=1)
+    p.add_fault(op="write", resp=AxiResp.DECERR, lo=BASE + 0x1040, hi=BASE + 0x1080, count=1,
+                apply_write=True)
+    for off, applied in ((0x1000, False), (0x1040, True)):
+        old = p.mem.read(BASE + off, L)
+        new = rng.randbytes(L)
+        r = await m.write(BASE + off, new)
+        assert int(r.resp) != 0, hex(off)
+        with_fault.append(("write", BASE + off))
+        assert p.mem.read(BASE + off, L) == (new if applied else old), (hex(off), applied)
+        r = await m.write(BASE + off, new)           # count=1: the next one succeeds
+        assert int(r.resp) == 0 and p.mem.read(BASE + off, L) == new
+    # every fault logged once, in order, with a plausible cycle
+    got = [(f.op, f.addr) for f in p.faults]
+    assert got == with_fault, (got[:5], with_fault[:5])
+    cycles = [f.cycle for f in p.faults]
+    assert cycles == sorted(cycles) and cycles[0] > 0
+    assert {f.resp for f in p.faults} == {AxiResp.SLVERR, AxiResp.DECERR}
+    try:
+        MediaFault(op="read", probability=0)
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("MediaFault accepted probability 0")
+
+
 @cocotb.test(skip=not P.fail)
 async def test_deliberate_failure(dut):
     """Fails on purpose (only with InfraParams.fail): proves a failing test raises."""
@@ -374,8 +462,8 @@ async def test_deliberate_warning(dut):
 # ---- pytest launcher ----------------------------------------------------------------------------
 pytestmark = pytest.mark.cosim
 
-# 13 tests in tests.cosim.infra.test_infra, test_deliberate_failure skipped unless asked for.
-INFRA_TESTS, INFRA_SKIPPED = 14, 2   # two guard tests skip unless asked to fail
+# 15 tests in tests.cosim.infra.test_infra, test_deliberate_failure skipped unless asked for.
+INFRA_TESTS, INFRA_SKIPPED = 15, 2   # two guard tests skip unless asked to fail
 
 
 @functools.cache

@@ -1,0 +1,604 @@
+"""cocotb tests: media errors (RRESP/BRESP != OKAY from the PMEM model) on the full device top.
+
+Faults come from the PMEM model's fault rules (:class:`cosim.pmem.MediaFault`); every fault
+the model injects is listed in ``pmem.faults`` and each test checks that the descriptor during
+which it was injected completed with ``MEDIA`` (or, for the host read, that the data came back
+poisoned). No test may hang: every wait has a timeout (``DeviceDriver.submit``), which fails
+the test.
+
+Expected values never come from the RTL: table contents are the bytes the test generated,
+or the golden model's (``sw_model.training.TrainingDevice.execute``) for fault-free
+descriptors. After a media error the batch is aborted the documented way (reset + RECOVER,
+docs/training.md section 4) and the tables must equal the committed state; then the batch is
+run again without faults and must equal the model.
+
+Tests: a LOOKUP+LOG whose row read fails (the undo record of the untrusted data must not be
+valid, the row must not count as logged: a later UPDATE logs it itself, and an abort restores
+the row's true contents); UPDATE with a fault on each of its reads and writes and on the
+logger's synchronous path (row read, record write); COMMIT with the superblock write failing;
+LOOKUP without LOG on each of its reads; seeded random faults over whole batches (every fault
+reported); recovery meeting a read or write error (reported, stops unready, a retry restores
+the rows); a completion record write that fails (reported in the error registers); a SNAPSHOT
+copy meeting a read or write error (reported, the MLP slot unchanged, a retry works); a host
+read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
+
+Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
+"""
+import cocotb
+import numpy as np
+import pytest
+from cocotb.triggers import ClockCycles
+
+from cosim import build as cb
+from cosim.pmem import AxiResp, MediaFault
+from cosim.tb.config import BenchConfig
+from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
+from hw.config import DeviceConfig
+from hw.encodings import DESC_FIELDS, LOG_HDR_FIELDS, LOG_MAGIC, SB_FIELDS, unpack_fields
+from sw_model.training import TrainingDevice, record_crc, slot_addr
+
+RING = 16
+LINE = 64
+
+
+# ---------------------------------------------------------------------------- helpers
+def row_addr(tb, tid, row):
+    base, _, dim = tb.tables[tid]
+    return base + row * dim * 4
+
+
+def row_lines(tb, tid, row, k=None):
+    """[lo, hi) of line ``k`` of a row (or of the whole row)."""
+    a = row_addr(tb, tid, row)
+    dim = tb.tables[tid][2]
+    return (a, a + dim * 4) if k is None else (a + LINE * k, a + LINE * (k + 1))
+
+
+def log_records(tb, n_slots=512):
+    """Current records (magic, open batch, superblock epoch) among the first ``n_slots`` slots
+    of the RTL's log, each with ``valid`` = its CRC matches (what recovery would apply). Slots
+    that are not current are skipped, not taken as the end (a record write may have failed)."""
+    cfg, mem = tb.cfg, tb.mem
+    sb = unpack_fields(SB_FIELDS, mem.read(cfg.superblock_base, LINE))
+    out = []
+    for s in range(min(n_slots, cfg.log_slots)):
+        a = slot_addr(cfg, s)
+        line = mem.read(a, LINE)
+        h = unpack_fields(LOG_HDR_FIELDS, line)
+        if not (h["magic"] == LOG_MAGIC and h["batch"] == sb["committed"] + 1
+                and h["epoch"] == sb["recovery_epoch"]):
+            continue
+        data = mem.read(a + LINE, h["dim"] * 4) if h["dim"] in (16, 32, 64, 128) else b""
+        out.append(dict(h, slot=s, data=data, valid=bool(data) and
+                        record_crc(data, line) == h["crc"]))
+    return out
+
+
+def check_log_trustworthy(tb, before, what):
+    """Every record recovery would apply holds its row's contents at the start of the batch
+    (``before``: {table id: bytes of the table}, from the test or the model)."""
+    recs = log_records(tb)
+    for r in recs:
+        if not r["valid"]:
+            continue
+        tid = r["table"]
+        base, _, dim = tb.tables[tid]
+        want = before[tid][r["row"] * dim * 4:(r["row"] + 1) * dim * 4]
+        if r["data"] != want:
+            got_w, want_w = np.frombuffer(r["data"], "<i4"), np.frombuffer(want, "<i4")
+            e = int(np.flatnonzero(got_w != want_w)[0])
+            raise AssertionError(tb.where(
+                f"{what}: log slot {r['slot']} (table {tid} row {r['row']}) has a valid CRC "
+                f"but holds {got_w[e:e + 3].tolist()}... from element {e}, the row held "
+                f"{want_w[e:e + 3].tolist()}... (untrusted data logged as valid)"))
+    return recs
+
+
+def check_tables(tb, want, what):
+    for tid, data in want.items():
+        got = tb.table_bytes(tid)
+        if got != data:
+            dim = tb.tables[tid][2]
+            bad = sorted({k // (dim * 4) for k in range(len(data)) if got[k] != data[k]})
+            raise AssertionError(tb.where(f"{what}: table {tid} rows {bad[:8]} differ "
+                                          f"({len(bad)} rows)"))
+
+
+def model_tables(tb):
+    return {tid: tb.model.mem.read(base, rows * dim * 4)
+            for tid, (base, rows, dim) in tb.tables.items()}
+
+
+async def submit(tb, descs, what):
+    """Run ``descs`` on the RTL (one doorbell); returns (completions, faults injected during
+    them). A hang fails here (the driver's timeout)."""
+    n0 = len(tb.pmem.faults)
+    got = await tb.drv.submit(descs, timeout=200_000)
+    return got, tb.pmem.faults[n0:]
+
+
+def model_run(tb, descs):
+    """The golden model's completions of ``descs`` run without faults (model state advances)."""
+    return [TrainingDevice.parse_cpl(tb.model.execute(d)) for d in descs]
+
+
+def expect_status(tb, cpl, status, what):
+    got = int(cpl["status"])
+    assert got == int(status), tb.where(
+        f"{what}: status {E(got).name if got in E._value2member_map_ else got}, "
+        f"expected {E(status).name}")
+
+
+async def fresh(dut, name, specs, *, latency=16):
+    tb = DeviceTB(dut, latency=latency, name=name)
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, specs)
+    await tb.set_lr(lr_q(tb, 0.125))
+    await tb.configure_ring(RING)
+    return tb
+
+
+async def restore_config(tb, tables):
+    """Reprogram the directory, LR and ring after a reset (both sides)."""
+    for tid, (base, rows, dim) in tables.items():
+        await tb.set_table(tid, base, rows, dim)
+    await tb.set_lr(lr_q(tb, 0.125))
+    await tb.configure_ring(RING)
+
+
+def staged_bags(tb, offsets, indices):
+    return (tb.stage_u32(np.asarray(offsets, np.uint32)),
+            tb.stage_u32(np.asarray(indices, np.uint32)))
+
+
+def grads(tb, n_bags, dim):
+    g = tb.rng.standard_normal((n_bags, dim)) * (1 << tb.cfg.frac_bits)
+    return tb.stage_i32(np.clip(g, -2**31, 2**31 - 1).astype(np.int32))
+
+
+def rows_of(indices):
+    return sorted(set(int(i) for i in indices))
+
+
+# ---------------------------------------------------------------------------- 1. LOOKUP+LOG
+@cocotb.test()
+@cocotb.parametrize(line=[0, 2, 3], one_shot=[False, True])
+async def media_lookup_log_row_never_logged_valid(dut, line, one_shot):
+    """A LOOKUP+LOG whose read of line ``line`` of row R fails (twice R in the bags: a
+    permanent fault fails both reads, a one-shot only the first): MEDIA; no valid undo record
+    holds anything but the rows' true contents; R is not taken as logged, so the UPDATE of R
+    in the same batch logs it itself (valid record of the true row); an abort (reset +
+    RECOVER) restores every table to its generated contents; the batch then runs without
+    faults and equals the model."""
+    tb = await fresh(dut, f"lookup_log/line{line}/{'once' if one_shot else 'perm'}",
+                     [(0, 64, 64, 0.0), (1, 48, 16, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {tid: tb.table_bytes(tid) for tid in tb.tables}   # bytes the test generated
+    assert gen == model_tables(tb)
+    R = 9
+    offs, idx = [0, 3, 5], [3, R, 5, R, 7]
+    oa, ia = staged_bags(tb, offs, idx)
+    look = lookup(0, 2, oa, ia, tb.out_area(2 * 64 * 4), batch=1, tag=1)
+    look1 = lookup(1, 1, *staged_bags(tb, [0, 3], [2, 4, 2]), tb.out_area(64), batch=1, tag=2)
+    upd = update(0, 2, oa, ia, grads(tb, 2, 64), batch=1, tag=3)
+    lo, hi = row_lines(tb, 0, R, line)
+    tb.pmem.add_fault(MediaFault(op="read", lo=lo, hi=hi, count=1 if one_shot else None,
+                                 name="row R"))
+
+    (c_look, c_look1), faults = await submit(tb, [look, look1], "LOOKUP+LOG")
+    assert faults and all(lo <= f.addr < hi for f in faults), tb.where(f"faults {faults}")
+    expect_status(tb, c_look, E.MEDIA, "LOOKUP+LOG with a failed row read")
+    expect_status(tb, c_look1, E.OK, "the next LOOKUP+LOG (no fault)")
+    tb.pmem.clear_faults()
+    await ClockCycles(dut.clk, 400)          # the LOOKUPs' record writes land
+    recs = check_log_trustworthy(tb, gen, "after the LOOKUPs")
+    assert any(r["valid"] for r in recs), tb.where("no valid record at all")
+
+    want = model_run(tb, [look, look1, upd])  # the model's tables after the fault-free batch
+    (c_upd,), faults = await submit(tb, [upd], "UPDATE")
+    assert not faults
+    expect_status(tb, c_upd, E.OK, "UPDATE after the failed LOOKUP")
+    for f in ("rows", "sat", "lines"):
+        assert int(c_upd[f]) == int(want[2][f]), tb.where(f"UPDATE {f} {c_upd[f]} "
+                                                          f"model {want[2][f]}")
+    check_tables(tb, model_tables(tb), "after the UPDATE")
+    recs = check_log_trustworthy(tb, gen, "after the UPDATE")
+    assert any(r["valid"] and r["table"] == 0 and r["row"] == R for r in recs), tb.where(
+        f"row {R} was updated without a valid undo record (still counted as logged after "
+        f"its failed read)")
+
+    # abort: the model aborts the same batch from its own log
+    await tb.power_on()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, "after reset + recovery (batch 1 aborted)")
+    descs = [look, look1, upd, commit(1, tag=4)]
+    got = await tb.run(descs, "batch 1 again, no fault")
+    assert [int(c["status"]) for c in got] == [0] * 4
+    check_tables(tb, model_tables(tb), "after batch 1")
+
+
+# ---------------------------------------------------------------------------- 2. UPDATE
+UPDATE_FAULTS = ["row_read", "row_write", "grads", "offsets", "indices", "ensure_read",
+                 "log_write", "tee_log_write"]
+
+
+@cocotb.test()
+@cocotb.parametrize(where=UPDATE_FAULTS)
+async def media_update_reports_and_rolls_back(dut, where):
+    """An UPDATE with one failing access (``where``: the engine's row read, row write,
+    gradient/offsets/indices read; the logger's synchronous row read or record write, rows not
+    logged by a LOOKUP; or a record write of the LOOKUP+LOG before it, ``tee_log_write``, which
+    the LOOKUP cannot report as its records land after it: the UPDATE and a COMMIT are then
+    refused): MEDIA, no hang, every valid undo record holds true contents; reset + RECOVER
+    restores the generated tables; the batch then runs without faults and equals the model."""
+    tb = await fresh(dut, f"update/{where}", [(0, 64, 32, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    offs, idx = [0, 4, 7], [1, 5, 9, 5, 12, 1, 20]
+    oa, ia = staged_bags(tb, offs, idx)
+    ga = grads(tb, 2, 32)
+    logged_by_lookup = where not in ("ensure_read", "log_write")
+    descs = []
+    if logged_by_lookup:
+        descs.append(lookup(0, 2, oa, ia, tb.out_area(2 * 32 * 4), batch=1, tag=1))
+    upd = update(0, 2, oa, ia, ga, batch=1, tag=2)
+    R = 9
+    cfg = tb.cfg
+    if where == "tee_log_write":   # the LOOKUP's second record (slot 1): its first line
+        tb.pmem.add_fault(op="write", lo=slot_addr(cfg, 1), hi=slot_addr(cfg, 2), count=1,
+                          name=where)
+    if descs:
+        (c,), faults = await submit(tb, descs, "LOOKUP+LOG")
+        expect_status(tb, c, E.OK, "LOOKUP+LOG")
+        model_run(tb, descs)
+    rule = {
+        "row_read": dict(op="read", lo=row_lines(tb, 0, R)[0], hi=row_lines(tb, 0, R)[1]),
+        "row_write": dict(op="write", lo=row_lines(tb, 0, R)[0], hi=row_lines(tb, 0, R)[1]),
+        "grads": dict(op="read", lo=ga + 128, hi=ga + 192),
+        "offsets": dict(op="read", lo=oa, hi=oa + 4),
+        "indices": dict(op="read", lo=ia, hi=ia + 4),
+        # rows 1, 5, 9 are logged in this order by the synchronous path: fail row 9's read
+        "ensure_read": dict(op="read", lo=row_lines(tb, 0, R)[0], hi=row_lines(tb, 0, R)[1],
+                            count=1),
+        "log_write": dict(op="write", lo=slot_addr(cfg, 1), hi=slot_addr(cfg, 2), count=1),
+        "tee_log_write": None,
+    }[where]
+    if rule is not None:
+        tb.pmem.add_fault(name=where, **rule)
+    n0 = len(tb.pmem.faults) if rule is not None else 0
+    (c,), _ = await submit(tb, [upd], "UPDATE")
+    faults = tb.pmem.faults[n0:]
+    assert len(faults) >= 1, tb.where(f"{where}: no fault injected (rule {rule})")
+    expect_status(tb, c, E.MEDIA, f"UPDATE with a {where} fault")
+    tb.pmem.clear_faults()
+    check_log_trustworthy(tb, gen, f"after the UPDATE ({where})")
+    if where in ("tee_log_write", "ensure_read", "log_write"):
+        # the logger's failure stays until the batch is aborted: COMMIT is refused too
+        (c,), _ = await submit(tb, [commit(1, tag=5)], "COMMIT")
+        expect_status(tb, c, E.MEDIA, f"COMMIT after a {where} fault")
+        assert await tb.drv.read64("COMMITTED") == 0
+
+    await tb.power_on()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, f"{where}: after reset + recovery (batch 1 aborted)")
+    look = lookup(0, 2, oa, ia, tb.out_area(2 * 32 * 4), batch=1, tag=3)
+    got = await tb.run([look, upd, commit(1, tag=4)], "batch 1 again, no fault")
+    assert [int(c["status"]) for c in got] == [0] * 3
+    check_tables(tb, model_tables(tb), "after batch 1")
+
+
+# ---------------------------------------------------------------------------- 3. COMMIT
+@cocotb.test()
+async def media_commit_superblock_write_fails(dut):
+    """COMMIT whose superblock write answers SLVERR (not applied): MEDIA, COMMITTED unchanged;
+    reset + RECOVER rolls the batch back to the generated tables (C = 0); the batch again with
+    a working media commits and equals the model."""
+    tb = await fresh(dut, "commit", [(0, 40, 16, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    oa, ia = staged_bags(tb, [0, 3, 6], [1, 2, 3, 2, 8, 30])
+    descs = [lookup(0, 2, oa, ia, tb.out_area(2 * 64), batch=1, tag=1),
+             update(0, 2, oa, ia, grads(tb, 2, 16), batch=1, tag=2)]
+    got, faults = await submit(tb, descs, "LOOKUP+UPDATE")
+    assert [int(c["status"]) for c in got] == [0, 0] and not faults
+    sb = tb.cfg.superblock_base
+    tb.pmem.add_fault(op="write", lo=sb, hi=sb + LINE, name="superblock")
+    (c,), faults = await submit(tb, [commit(1, tag=3)], "COMMIT")
+    assert len(faults) == 1, tb.where(f"faults {faults}")
+    expect_status(tb, c, E.MEDIA, "COMMIT with the superblock write failing")
+    assert await tb.drv.read64("COMMITTED") == 0, tb.where("COMMITTED advanced")
+    tb.pmem.clear_faults()
+    await tb.power_on()
+    await tb.recover()       # the model is still at C = 0 (it ran nothing)
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, "after reset + recovery")
+    got = await tb.run(descs + [commit(1, tag=3)], "batch 1 again")
+    assert [int(c["status"]) for c in got] == [0] * 3
+    assert await tb.drv.read64("COMMITTED") == 1
+    check_tables(tb, model_tables(tb), "after batch 1")
+
+
+# ---------------------------------------------------------------------------- 4. LOOKUP
+@cocotb.test()
+@cocotb.parametrize(where=["offsets", "indices", "row", "out_write"])
+async def media_lookup_no_log(dut, where):
+    """A LOOKUP without LOG with one failing access (offsets, indices, row read, output
+    write): MEDIA, no hang, tables untouched; the same LOOKUP without the fault equals the
+    model."""
+    tb = await fresh(dut, f"lookup/{where}", [(0, 64, 32, 0.0)])
+    gen = {0: tb.table_bytes(0)}
+    oa, ia = staged_bags(tb, [0, 2, 5], [4, 7, 4, 11, 2])
+    out = tb.out_area(2 * 32 * 4)
+    rule = {"offsets": dict(op="read", lo=oa, hi=oa + 4),
+            "indices": dict(op="read", lo=ia, hi=ia + 4),
+            "row": dict(op="read", lo=row_lines(tb, 0, 7)[0], hi=row_lines(tb, 0, 7)[1]),
+            "out_write": dict(op="write", lo=out, hi=out + 2 * 32 * 4)}[where]
+    tb.pmem.add_fault(name=where, **rule)
+    desc = lookup(0, 2, oa, ia, out, log=False, tag=1)
+    (c,), faults = await submit(tb, [desc], "LOOKUP")
+    assert faults
+    expect_status(tb, c, E.MEDIA, f"LOOKUP with a {where} fault")
+    check_tables(tb, gen, "after the LOOKUP")
+    tb.pmem.clear_faults()
+    want = model_run(tb, [desc])[0]
+    (c,), _ = await submit(tb, [desc], "LOOKUP again")
+    expect_status(tb, c, E.OK, "LOOKUP without the fault")
+    assert tb.mem.read(out, 2 * 32 * 4) == tb.model.mem.read(out, 2 * 32 * 4)
+    assert int(c["rows"]) == int(want["rows"])
+
+
+# ---------------------------------------------------------------------------- 5. random faults
+def random_batch(tb, batch, tag):
+    """LOOKUP+LOG of every table, UPDATE of every table (table 1 with bags of its own, so the
+    synchronous path logs), COMMIT; returns (descriptors, [lo, hi) of the batch's staging)."""
+    lo = None
+    descs, upds = [], []
+    for tid in sorted(tb.tables):
+        _, rows, dim = tb.tables[tid]
+        nb = int(tb.rng.integers(2, 5))
+        o, i = bags(tb, nb, 5, rows, hot=max(2, rows // 3))
+        oa, ia = staged_bags(tb, o, i)
+        lo = oa if lo is None else lo
+        descs.append(lookup(tid, nb, oa, ia, tb.out_area(nb * dim * 4), batch=batch, tag=tag))
+        if tid == 1:
+            oa, ia = staged_bags(tb, *bags(tb, nb, 5, rows))
+        upds.append(update(tid, nb, oa, ia, grads(tb, nb, dim), batch=batch, tag=tag + 1))
+        tag += 2
+    hi = tb.stage(b"\0" * 64)          # (a marker line: everything before it is this batch's)
+    return descs + upds + [commit(batch, tag=tag)], (lo, hi)
+
+
+@cocotb.test()
+@cocotb.parametrize(trial=[0, 1, 2])
+async def media_random_faults_every_one_reported(dut, trial):
+    """Seeded random faults (per burst, probability 0.5 / 1.5 / 4 % by trial: reads and writes
+    of the tables, writes of the log, reads and writes of the batch's staging data; ten times
+    that, at most 25 %, on superblock writes)
+    during batches of LOOKUP+LOG / UPDATE / COMMIT, one descriptor per doorbell. Every
+    descriptor during which a fault was injected completes with MEDIA, and none without one
+    (a failed record write of a LOOKUP is reported by the next UPDATE or COMMIT); records
+    recovery would apply hold only true contents; a batch with a MEDIA is aborted (reset +
+    RECOVER) and every table equals the model's committed state, then the batch runs again
+    without faults and equals the model; no hang."""
+    tb = await fresh(dut, f"random/{trial}", [(0, 48, 32, 0.0), (1, 32, 16, 0.0)])
+    dirs = dict(tb.tables)
+    cfg = tb.cfg
+    p = (0.005, 0.015, 0.04)[trial]   # from mostly clean batches to mostly aborted ones
+    dut._log.info(f"random faults trial {trial}: seed={tb.seed} p={p}")
+    n_faults, n_media, n_aborts, tag = 0, 0, 0, 1
+    for batch in range(1, 5):
+        descs, (s_lo, s_hi) = random_batch(tb, batch, tag)
+        tag += len(descs)
+        before = model_tables(tb)
+        for attempt in ("faults", "clean"):
+            if attempt == "faults":
+                for spec in (
+                        MediaFault(op="rw", lo=cfg.table_base, hi=cfg.table_base + cfg.table_size,
+                                   probability=p, name="tables"),
+                        MediaFault(op="write", lo=cfg.log_base, hi=cfg.log_base + cfg.log_size,
+                                   probability=p, name="log"),
+                        MediaFault(op="rw", lo=s_lo, hi=s_hi, probability=p, name="staging"),
+                        MediaFault(op="write", lo=cfg.superblock_base,
+                                   hi=cfg.superblock_base + LINE, probability=min(0.25, 10 * p),
+                                   name="superblock")):
+                    tb.pmem.add_fault(spec)
+            log_failed = False       # a record write of this attempt failed
+            failed = False
+            for d in descs:
+                kind = K(unpack_fields(DESC_FIELDS, d)["kind"])
+                if failed and kind != K.LOOKUP:
+                    break            # after a MEDIA of UPDATE/COMMIT: abort the attempt
+                (c,), new = await submit(tb, [d], f"batch {batch} {kind.name}")
+                log_w = [f for f in new if f.op == "write"
+                         and cfg.log_base <= f.addr < cfg.log_base + cfg.log_size]
+                other = [f for f in new if f not in log_w]
+                log_failed |= bool(log_w)
+                expect = bool(other) or (kind != K.LOOKUP and log_failed)
+                n_faults += len(new)
+                st = int(c["status"])
+                what = f"batch {batch} ({attempt}) {kind.name} tag {c['tag']}, faults {new}"
+                assert st in (E.OK, E.MEDIA), tb.where(f"{what}: status {st}")
+                if expect and st != E.MEDIA:
+                    raise AssertionError(tb.where(f"{what}: fault not reported"))
+                if st == E.MEDIA and not expect:
+                    raise AssertionError(tb.where(f"{what}: MEDIA without a fault"))
+                if st == E.MEDIA:
+                    n_media += 1
+                    failed = True
+                elif kind != K.COMMIT or not failed:
+                    model_run(tb, [d])       # the model follows what the RTL completed
+            tb.pmem.clear_faults()
+            await ClockCycles(dut.clk, 200)
+            if not failed:
+                check_tables(tb, model_tables(tb), f"batch {batch} ({attempt}) committed")
+                assert await tb.drv.read64("COMMITTED") == batch
+                break
+            assert attempt == "faults", tb.where(f"batch {batch} failed without faults")
+            check_log_trustworthy(tb, before, f"batch {batch} after MEDIA")
+            n_aborts += 1
+            await tb.power_on()
+            await tb.recover()
+            await restore_config(tb, dirs)
+            check_tables(tb, before, f"batch {batch} aborted")
+    dut._log.info(f"random faults trial {trial}: {n_faults} faults injected, {n_media} MEDIA "
+                  f"completions, {n_aborts} batches aborted")
+    assert tb.model.committed == 4
+
+
+# ---------------------------------------------------------------------------- 6. recovery
+@cocotb.test()
+@cocotb.parametrize(where=["data", "header", "row_write"])
+async def media_recovery_reports_and_retries(dut, where):
+    """Recovery of an aborted batch (LOOKUP+LOG and UPDATE applied, no COMMIT) meets one media
+    error (``where``: a record data line read, a record header read, a rollback row write):
+    it reports ``MEDIA`` (ERR_CODE, value 0) and stops unready instead of completing with a
+    row not rolled back; RECOVER again (fault gone) completes and every table equals the
+    generated contents."""
+    from cosim.device_driver import DriverError
+    tb = await fresh(dut, f"recovery/{where}", [(0, 64, 64, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    oa, ia = staged_bags(tb, [0, 3, 6], [2, 9, 4, 9, 11, 2])
+    descs = [lookup(0, 2, oa, ia, tb.out_area(2 * 256), batch=1, tag=1),
+             update(0, 2, oa, ia, grads(tb, 2, 64), batch=1, tag=2)]
+    got, _ = await submit(tb, descs, "batch 1")
+    assert [int(c["status"]) for c in got] == [0, 0]
+    model_run(tb, descs)
+    assert tb.table_bytes(0) != gen[0]
+    recs = [r for r in log_records(tb) if r["valid"]]
+    assert len(recs) == 4, tb.where(f"{len(recs)} records")   # rows 2, 9, 4, 11
+    cfg = tb.cfg
+    a1 = slot_addr(cfg, 1)
+    rule = {"data": dict(op="read", lo=a1 + 2 * LINE, hi=a1 + 3 * LINE),
+            "header": dict(op="read", lo=a1, hi=a1 + LINE),
+            "row_write": dict(op="write", lo=recs[1]["addr"], hi=recs[1]["addr"] + 256)}[where]
+    tb.pmem.add_fault(name=where, **rule)
+    await tb.power_on()
+    try:
+        await tb.drv.recover()
+    except DriverError as e:
+        dut._log.info(f"recovery with a {where} fault: {e}")
+    else:
+        raise AssertionError(tb.where(f"recovery with a {where} fault completed"))
+    assert tb.pmem.faults, tb.where("no fault injected")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 0
+    assert not await tb.drv.read("STATUS") & 4, tb.where("READY after a failed recovery")
+    tb.pmem.clear_faults()
+    await tb.err_clear()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, f"after the retried recovery ({where})")
+
+
+# ---------------------------------------------------------------------------- 7. completion
+@cocotb.test()
+async def media_completion_write_fails(dut):
+    """The write of a completion record answers SLVERR (not applied): the ring still advances
+    (no hang) and the error registers report MEDIA with the completion slot; the LOOKUP itself
+    ran (outputs equal the model's) and the next descriptor completes normally. Then a
+    descriptor read answers SLVERR: its completion is MEDIA and nothing is executed."""
+    tb = await fresh(dut, "completion", [(0, 32, 16, 0.0)])
+    oa, ia = staged_bags(tb, [0, 2, 3], [4, 7, 9])
+    out = tb.out_area(2 * 64)
+    desc = lookup(0, 2, oa, ia, out, log=False, tag=1)
+    slot = tb.drv.tail
+    a = tb.drv.cpl_base + 64 * slot
+    tb.pmem.add_fault(op="write", lo=a, hi=a + LINE, count=1, name="completion")
+    (c,), faults = await submit(tb, [desc], "LOOKUP")
+    assert len(faults) == 1, tb.where(f"faults {faults}")
+    assert int(c["tag"]) != 1, tb.where("the failed completion write reached the ring")
+    st = await tb.drv.read("STATUS")
+    assert st & 2 and await tb.drv.read("ERR_CODE") == E.MEDIA, tb.where(f"STATUS {st:#x}")
+    assert await tb.drv.read64("ERR_VALUE") == slot
+    model_run(tb, [desc])
+    assert tb.mem.read(out, 2 * 64) == tb.model.mem.read(out, 2 * 64)
+    (c,), faults = await submit(tb, [lookup(0, 2, oa, ia, out, log=False, tag=2)], "LOOKUP 2")
+    assert not faults and int(c["tag"]) == 2
+    expect_status(tb, c, E.OK, "the next LOOKUP")
+    # the descriptor read fails: MEDIA, nothing executed (the output area keeps its bytes)
+    slot = tb.drv.tail
+    a = tb.drv.ring_base + 64 * slot
+    tb.pmem.add_fault(op="read", lo=a, hi=a + LINE, count=1, name="descriptor")
+    before = tb.mem.read(out, 2 * 64)
+    tb.poke(out, bytes(2 * 64))
+    (c,), faults = await submit(tb, [lookup(0, 2, oa, ia, out, log=False, tag=3)], "LOOKUP 3")
+    assert len(faults) == 1
+    expect_status(tb, c, E.MEDIA, "a descriptor read in error")
+    assert tb.mem.read(out, 2 * 64) == bytes(2 * 64) != before, tb.where("LOOKUP 3 ran")
+
+
+# ---------------------------------------------------------------------------- 8. snapshot
+@cocotb.test()
+@cocotb.parametrize(where=["source_read", "slot_write", "header_write"])
+async def media_snapshot_copy_reports(dut, where):
+    """A SNAPSHOT whose background copy meets one media error (a source line read, a payload
+    line write, the slot header write): its completion is OK (written at once, section 9), the
+    copy stops and reports ERR_CODE = MEDIA with the epoch, MLP_SLOT/MLP_EPOCH stay unchanged;
+    the same SNAPSHOT again without the fault completes and its slot holds the payload."""
+    from cosim.device_driver import DeviceDriver
+    from sw_model.training import snap_slot_addr
+    tb = await fresh(dut, f"snapshot/{where}", [(0, 16, 16, 0.0)])
+    payload = tb.rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    src = tb.stage(payload)
+    slot_a = snap_slot_addr(tb.cfg, 0)
+    rule = {"source_read": dict(op="read", lo=src + 2 * LINE, hi=src + 3 * LINE),
+            "slot_write": dict(op="write", lo=slot_a + 5 * LINE, hi=slot_a + 6 * LINE),
+            "header_write": dict(op="write", lo=slot_a, hi=slot_a + LINE)}[where]
+    tb.pmem.add_fault(name=where, count=1, **rule)
+    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 1)],
+                           "SNAPSHOT")
+    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
+    await tb.drv.wait_snapshot_idle()
+    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
+    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
+        tb.where("a failed snapshot became the MLP slot")
+    await tb.err_clear()
+    (c,), faults = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 2)],
+                                "SNAPSHOT again")
+    expect_status(tb, c, E.OK, "SNAPSHOT again")
+    await tb.drv.wait_snapshot_idle()
+    assert not faults and not await tb.drv.read("STATUS") & 2
+    slot = await tb.drv.read("MLP_SLOT")
+    assert slot in (1, 2) and await tb.drv.read64("MLP_EPOCH") == 1
+    assert tb.mem.read(snap_slot_addr(tb.cfg, slot - 1) + LINE, len(payload)) == payload
+
+
+# ---------------------------------------------------------------------------- 9. host read
+@cocotb.test()
+async def media_host_read_poisoned(dut):
+    """A host MemRd (SnpCur) of a table line whose media read fails: MemData with poison 1;
+    the next read of the line (fault gone) is clean and holds the generated bytes."""
+    tb = await fresh(dut, "host_read", [(0, 16, 16, 0.0)])
+    a = row_addr(tb, 0, 3)
+    tb.pmem.add_fault(op="read", lo=a, hi=a + LINE, count=1, name="host line")
+    host = tb.drv.host
+    t = await host.read(a // LINE, "cur", wait=False)
+    await host.wait_txn(t)
+    assert len(tb.pmem.faults) == 1
+    assert int(t.drs["poison"]) == 1, tb.where(f"MemData without poison: {t.drs}")
+    t = await host.read(a // LINE, "cur", wait=False)
+    await host.wait_txn(t)
+    assert int(t.drs["poison"]) == 0 and bytes(t.drs_data) == tb.mem.read(a, LINE)
+    assert bytes(t.drs_data) == tb.model.mem.read(a, LINE)
+
+
+# ---- pytest launcher ----------------------------------------------------------------------------
+MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 3 + 1
+
+
+@pytest.fixture(scope="module")
+def device_build():
+    cfg = DeviceConfig()
+    return cfg, cb.device_build(cfg)
+
+
+@pytest.mark.cosim
+def test_media_cosim(device_build, seed, tmp_path):
+    """All media-fault cocotb tests pass on the device top."""
+    cfg, b = device_build
+    res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
+    assert res.n_tests >= MIN_TESTS and res.n_failed == 0, (res, seed)

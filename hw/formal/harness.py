@@ -579,9 +579,9 @@ class FormalHarness(Elaboratable):
                 h.preq.bit_select(h.obs, 1) & ~h.srv.bit_select(h.obs, 1))
         it = self.internals
         # (internal signals: victim BISnp allocated by the host lane, a parked Req served)
-        p.cover(m, "cover.victim_bisnp", it.signal("h_do") & it.signal("h_alloc"))
-        from hw.dcoh.dcoh import SRC_PARK
-        p.cover(m, "cover.parked_req_served", h.served & (it.signal("src") == SRC_PARK))
+        p.cover(m, "cover.victim_bisnp", it.signal("host/h_do") & it.signal("host/h_alloc"))
+        from hw.dcoh.host_lane import SRC_PARK
+        p.cover(m, "cover.parked_req_served", h.served & (it.signal("host/src") == SRC_PARK))
 
     def _trace_names(self, m):
         h, dut = self.h, self.dut

@@ -128,12 +128,12 @@ def add_invariants(hn, m):
     chk("rwd_reg.conflict_token", ~h.rwd_is_cf | bit(h.conf, wq.idx))
 
     # ---- park slots
-    pk_valid = it.signal("pk_valid")
+    pk_valid = it.signal("host/pk_valid")
     park_l = data.StructLayout({"opcode": 4, "snp": 3, "mf": 2, "mv": 2, "tag": 16, "line": lb,
                                 "hi_bad": 1})
     parks = []
     for k in range(cfg.park_slots):
-        s = it.signal(f"park{k}")
+        s = it.signal(f"host/park{k}")
         if len(s) != park_l.size:
             raise MissingInternal(f"park slot layout changed ({len(s)} bits)")
         pk = park_l(s)

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from cosim.trace.stimulus import FORMAT, StimulusError, load_manifest
-from trainingcxl.bench.verilator_speed import _port_words, replay_cpp
+from trainingcxl.bench.verilator_speed import _port_words, replay_cpp, write_init
 
 PORTS_IN = [{"name": "rst", "width": 1, "words": 1},
             {"name": "m_axi__rdata", "width": 128, "words": 4},
@@ -59,10 +59,14 @@ def test_port_words_follow_verilator_types():
     assert "if (top->s2m_drs___05Fpayload[i] != w[1 + i]) return 1;" in code
 
 
-def test_replay_main_reads_both_files_and_applies_init():
-    man = {"inputs": PORTS_IN, "outputs": PORTS_OUT, "init": [1, 2, 3, 4, 5, 6, 7]}
+def test_replay_main_reads_the_files_and_applies_init(tmp_path):
+    man = {"inputs": PORTS_IN, "outputs": PORTS_OUT, "init": [1, 2, 3, 4, 5, 6, 2**32 - 1]}
     cpp = replay_cpp(man)
-    assert "init[] = {1, 2, 3, 4, 5, 6, 7}" in cpp
+    assert replay_cpp(dict(man, init=[0] * 7)) == cpp        # one build for every recording
+    assert '"/init.bin", 7' in cpp and "apply(top, init.data());" in cpp
+    write_init(tmp_path, man)
+    assert (tmp_path / "init.bin").read_bytes() == b"".join(
+        x.to_bytes(4, "little") for x in man["init"])
     assert '"/inputs.bin", (size_t)cycles * 7' in cpp
     assert '"/outputs.bin", (size_t)cycles * 5' in cpp
     assert 'out_names[] = {"irq", "s2m_drs__payload"}' in cpp

@@ -143,6 +143,11 @@ class Results:
     test_dir: Path
     n_skipped: int = 0
 
+    @property
+    def n_ran(self) -> int:
+        """Tests that ran (not skipped): what a guard on the number of tests must count."""
+        return self.n_tests - self.n_skipped
+
 
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")

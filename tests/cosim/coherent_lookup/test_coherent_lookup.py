@@ -104,4 +104,4 @@ def test_coherent_lookup_cosim(seed, tmp_path):
     b = cb.build(cb.generate_verilog(LookupSlice(cfg), name=SLICE_NAME), top=SLICE_NAME)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path,
                  params=BenchConfig(cfg))
-    assert res.n_tests == 2 and res.n_failed == 0
+    assert res.n_ran == 2 and res.n_failed == 0

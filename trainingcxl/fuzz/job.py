@@ -98,7 +98,7 @@ def merge(results: list[dict]) -> dict:
         for k, v in r.items():
             if isinstance(v, int) and not isinstance(v, bool) and k not in ("seed", "count"):
                 rep[k] = rep.get(k, 0) + v
-        for k in ("status_histogram", "error_codes"):
+        for k in ("status_histogram", "error_codes", "expected_errors"):
             if k in r:
                 h = rep.setdefault(k, {})
                 for name, n in r[k].items():

@@ -84,6 +84,7 @@ class _DeviceFuzz:
         self.counts = Counter()
         self.status_hist = Counter()
         self.what_hist = Counter()
+        self.last_ops = []
 
     async def setup(self):
         from cosim.tb.device import lr_q, setup_tables
@@ -231,7 +232,16 @@ class _DeviceFuzz:
         for k in range(self.p.round):
             op = csr_op(self.rng, tb.map, near=near)
             self.counts["csr_ops"] += 1
+            self.last_ops.append(op)
             await self.csr_apply(op, f"sequence {index} op {k}")
+            # every operation's error accounting at once: ERR_COUNT and ERR_CODE
+            got = (await tb.drv.read("ERR_COUNT"), await tb.drv.read("ERR_CODE"))
+            if got != (m.err_count, int(m.err_code)):
+                self.counts["csr_mismatches"] += 1
+                raise FuzzFailure("csr_mismatches", f"sequence {index} op {k} "
+                                  f"{_fmt_op(op, tb.map)}: (ERR_COUNT, ERR_CODE) RTL {got}, "
+                                  f"model {(m.err_count, int(m.err_code))}; previous ops "
+                                  f"{[_fmt_op(o, tb.map) for o in self.last_ops[-6:-1]]}")
         self.counts["inputs"] += 1
 
     async def csr_apply(self, op, where):
@@ -241,7 +251,9 @@ class _DeviceFuzz:
         addr = op[1] & ~3
         name = mp.name_at(addr)
         if op[0] == "r":
-            data, resp = await drv.csr.raw_read(op[1])
+            # an unaligned 4-byte read would be split by the AXI4-Lite master into two
+            # transfers; the bus sees word addresses only
+            data, resp = await drv.csr.raw_read(addr)
             if name is None:
                 self.counts["bad_inputs"] += 1
                 m._error(E.CSR_ADDR, addr)
@@ -390,6 +402,19 @@ class _DeviceFuzz:
             raise FuzzFailure(kind, str(e)) from None
 
 
+def _names(c: Counter) -> dict:
+    from hw.cxl_encodings import DcohError
+    return {(DcohError(k).name if k in DcohError._value2member_map_ else str(k)): n
+            for k, n in sorted(c.items())}
+
+
+def _fmt_op(op, mp) -> str:
+    name = mp.name_at(op[1]) or "unmapped"
+    if op[0] == "r":
+        return f"read {op[1]:#x} ({name})"
+    return f"write {op[2]:#x} strb {op[3]:#x} to {op[1]:#x} ({name})"
+
+
 def _cycle() -> int:
     from cocotb.utils import get_sim_time
     return int(get_sim_time("ns")) // 10          # the benches' 10 ns clock
@@ -475,13 +500,18 @@ def _counts(c: Counter) -> dict:
 # ================================================================== CXL.mem
 
 def _raw_header(rng: random.Random, cfg, lines):
-    from cosim.cxl_host.protocol import MF, MV, RW
+    from cosim.cxl_host.protocol import MF, MV, RQ, RW
     """(channel, fields) of a raw Req/RwD header: every field random over its width, the line
     from ``lines`` or any line address of the field."""
     ch = "m2s_req" if rng.random() < 0.6 else "m2s_rwd"
     line = rng.choice(lines) if rng.random() < 0.8 else rng.getrandbits(cfg.addr_bits - 6 + 2)
-    h = dict(opcode=rng.randrange(16), snp_type=rng.randrange(8), meta_field=rng.randrange(4),
-             meta_value=rng.randrange(4), line=line)
+    if rng.random() < 0.5:       # a defined opcode with any SnpType/MetaField/MetaValue
+        op = int(rng.choice(list(RQ) if ch == "m2s_req" else list(RW)))
+    else:
+        op = rng.randrange(16)
+    h = dict(opcode=op, snp_type=rng.choice((0, 1, 2, 3, rng.randrange(8))),
+             meta_field=rng.choice((0, 3, rng.randrange(4))),
+             meta_value=rng.choice((0, 2, 3, rng.randrange(4))), line=line)
     if ch == "m2s_rwd":
         # left out (the host model cannot predict them from the header alone): BIConflict (its
         # ack is matched to a conflict the host tracks) and MemWr/MemWrPtl keeping A/S (the
@@ -520,7 +550,8 @@ async def fuzz_cxl(dut):
     t0 = time.monotonic()
     c0 = tb.cycle
     phase = max(50, p.round * 25)
-    raw_p = 0.3
+    raw_p = 0.1
+    expected = Counter()           # expected DcohError of each raw header (sw_model.coherence)
     failure = None
     state = {"left": 0}
 
@@ -530,9 +561,13 @@ async def fuzz_cxl(dut):
         ch, h = _raw_header(rng, cfg, fuzz_lines)
         # MemSpecRd (any other field, any address) has no response (docs/coherence.md)
         track = not (ch == "m2s_req" and h["opcode"] == RQ.MEM_SPEC_RD)
-        tb.core.raw(ch, track=track, delay=0, **h)
+        txn = tb.core.raw(ch, track=track, delay=0, **h)
         state["left"] -= 1
         counts["inputs"] += 1
+        err = int(txn.expect.error) if txn is not None and txn.expect is not None else 0
+        if err:
+            counts["bad_inputs"] += 1
+        expected[err] += 1
         counts["raw_" + ch[4:]] += 1
 
     tb.chans.every_cycle.append(inject)
@@ -552,7 +587,9 @@ async def fuzz_cxl(dut):
                 tb.core.raw_birsp(rng.randrange(16), bi_tag=rng.randrange(1 << 12),
                                   bi_id=rng.randrange(1 << 4))
                 counts["inputs"] += 1
+                counts["bad_inputs"] += 1
                 counts["stray_birsp"] += 1
+                expected[5] += 1
             await _watch(tb.drain(), p, "stray BIRsps")
             await ClockCycles(dut.clk, 20)
             v = tb.violations()
@@ -577,5 +614,6 @@ async def fuzz_cxl(dut):
     res = _result(p, _counts(counts), t0, c0, tb.cycle, failure,
                   host_messages=tb.core.messages_sent, dut=c,
                   seen_error_pulses=len(tb.sb.seen_errors),
-                  error_codes=dict(Counter(str(code) for _, code, _ in tb.sb.seen_errors)))
+                  error_codes=_names(Counter(code for _, code, _ in tb.sb.seen_errors)),
+                  expected_errors=_names(expected))
     Path(p.out).write_text(json.dumps(res, indent=1, default=str))

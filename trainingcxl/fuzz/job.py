@@ -51,6 +51,7 @@ class FuzzBlock:
     watchdog_us: int
     out: str
     build: object
+    sabotage: str = ""
 
 
 def _build(surface: str):
@@ -74,7 +75,7 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
     result = out / "result.json"
     p = FuzzParams(surface=block.surface, out=str(result), count=block.count, seed=block.seed,
                    round=block.round, watchdog_us=block.watchdog_us,
-                   bench=BenchConfig(DeviceConfig()))
+                   bench=BenchConfig(DeviceConfig()), sabotage=block.sabotage)
     test = "fuzz_cxl" if block.surface == "cxl" else "fuzz_device"
     err = None
     try:

@@ -56,6 +56,10 @@ class FuzzParams:
     round: int = 8
     watchdog_us: int = 2000
     bench: BenchConfig = BenchConfig()
+    # tests of the oracle itself: "corrupt" changes one table row in the RTL's memory only
+    # (desc/csr: must be reported as a corruption); "missing_error" makes the scoreboard wait
+    # for an error pulse that no input causes (cxl: must be reported as an unreported error)
+    sabotage: str = ""
 
 
 class FuzzFailure(Exception):
@@ -456,6 +460,9 @@ async def fuzz_device(dut):
     i = 0
     try:
         await _watch(fz.setup(), p, "setup")
+        if p.sabotage == "corrupt":
+            base, _, _ = fz.good_tables[1]
+            tb.mem.write(base + 4 * 32 * 3, bytes(range(64)))
         while fz.counts["inputs"] < p.count:
             if p.surface == "desc":
                 if rng.random() < 0.2:
@@ -571,6 +578,9 @@ async def fuzz_cxl(dut):
         counts["raw_" + ch[4:]] += 1
 
     tb.chans.every_cycle.append(inject)
+    if p.sabotage == "missing_error":
+        from hw.cxl_encodings import DcohError
+        tb.sb.expect_error(DcohError.ILLEGAL_REQ, fuzz_lines[0])
     print(f"fuzz cxl: seed={p.seed} count={p.count} phase={phase}", flush=True)
     try:
         while counts["inputs"] < p.count:

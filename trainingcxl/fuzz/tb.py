@@ -164,10 +164,21 @@ class _DeviceFuzz:
         tb = self.tb
         descs, whats = self.fuzzed(self.p.round)
         m = tb.model
-        tail = tb._model_ring(descs)
-        assert m.doorbell(tail) == E.OK
-        want = m.process()
-        got = await tb.drv.submit(descs)
+        # docs/training.md section 9: the host must not change a snapshot's source until it is
+        # done, and the copy runs after the SNAPSHOT's completion; later descriptors (LOOKUP
+        # outputs, completion records) may write into the source, so the round is split after
+        # each SNAPSHOT and the host waits for STATUS.SNAP_BUSY = 0, as a driver must
+        want, got, group = [], [], []
+        for k, d in enumerate(descs):
+            group.append(d)
+            if d[0] == K.SNAPSHOT or k == len(descs) - 1:
+                tail = tb._model_ring(group)
+                assert m.doorbell(tail) == E.OK
+                want += m.process()
+                got += await tb.drv.submit(group)
+                if d[0] == K.SNAPSHOT:
+                    await tb.drv.wait_snapshot_idle()
+                group = []
         for k, (w, g, what) in enumerate(zip(want, got, whats)):
             ws, gs = int(w["status"]), int(g["status"])
             self.counts["inputs"] += 1
@@ -208,6 +219,10 @@ class _DeviceFuzz:
                 a = m.cmd_base + DESC_BYTES * ((m.tail + i) % m.cmd_size)
                 d = m.mem.read(a, DESC_BYTES)
                 b = bound_work(d, m)
+                if b[0] == K.SNAPSHOT and i != n - 1:
+                    # the host waits for a snapshot before anything may touch its source
+                    # (desc_round): a SNAPSHOT only as the last slot of a doorbell
+                    b = bytes([0xFF]) + b[1:]
                 if b != d:
                     tb.poke(a, b)
         first = m.head

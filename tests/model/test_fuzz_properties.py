@@ -21,7 +21,8 @@ from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, DESC_FIELDS, DescKi
 from sw_model import coherence
 from sw_model.memory import MemoryImage
 from sw_model.training import TrainingDevice
-from trainingcxl.fuzz.inputs import MAX_BAGS_RUN, RESERVED_BYTES, bound_work, mutate_desc
+from trainingcxl.fuzz.inputs import (MAX_BAGS_RUN, MAX_SNAP_RUN, RESERVED_BYTES, bound_work,
+                                    mutate_desc)
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -159,8 +160,12 @@ def test_mutations_stay_descriptors_and_bound_work_only_lowers_passing_counts(ki
     assert len(d) == DESC_BYTES and what
     b = bound_work(d, dev)
     nd, nb = unpack_fields(DESC_FIELDS, d), unpack_fields(DESC_FIELDS, b)
-    assert {k: v for k, v in nd.items() if k != "n_bags"} == \
-        {k: v for k, v in nb.items() if k != "n_bags"}
-    assert nb["n_bags"] <= nd["n_bags"]
+    assert {k: v for k, v in nd.items() if k not in ("n_bags", "length")} == \
+        {k: v for k, v in nb.items() if k not in ("n_bags", "length")}
+    assert nb["n_bags"] <= nd["n_bags"] and nb["length"] <= nd["length"]
     if nb["n_bags"] != nd["n_bags"]:
         assert nd["n_bags"] > MAX_BAGS_RUN and nb["n_bags"] < MAX_BAGS_RUN
+        assert nd["kind"] in (DescKind.LOOKUP, DescKind.UPDATE)
+    if nb["length"] != nd["length"]:
+        assert nd["length"] > MAX_SNAP_RUN and nb["length"] < MAX_SNAP_RUN
+        assert nd["kind"] == DescKind.SNAPSHOT

@@ -11,7 +11,7 @@ from hw.encodings import (DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG, DescK
                           pack_fields, unpack_fields)
 
 __all__ = ["FIELD_NAMES", "RESERVED_BYTES", "mutate_desc", "interesting", "bound_work",
-           "csr_op", "MAX_BAGS_RUN"]
+           "csr_op", "MAX_BAGS_RUN", "MAX_SNAP_RUN"]
 
 FIELD_NAMES = tuple(n for n, _, _ in DESC_FIELDS)
 _WIDTH = {n: w for n, _, w in DESC_FIELDS}
@@ -21,6 +21,8 @@ RESERVED_BYTES = tuple(sorted(set(range(DESC_BYTES)) -
 # a descriptor that passes every range check runs at most this many bags (the bench's time budget;
 # larger counts that would pass are folded below it, see bound_work)
 MAX_BAGS_RUN = 16
+# and a SNAPSHOT that passes its checks copies less than this many bytes
+MAX_SNAP_RUN = 4096
 
 
 def interesting(rng: random.Random, width_bytes: int, near=()) -> int:
@@ -83,6 +85,17 @@ def bound_work(desc: bytes, model) -> bytes:
     from sw_model.training import _Stop
     from hw.encodings import N_TABLES
     d = unpack_fields(DESC_FIELDS, desc)
+    if d["kind"] == DescKind.SNAPSHOT and d["length"] > MAX_SNAP_RUN:
+        # a copy that passes the length and range checks (docs/training.md section 9) would
+        # move up to the slot capacity (256 MiB by default): folded below MAX_SNAP_RUN bytes
+        from sw_model.training import snap_capacity
+        cfg = model.cfg
+        s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+        if d["length"] <= snap_capacity(cfg) and s0 <= d["data_addr"] and \
+                d["data_addr"] + d["length"] <= s1:
+            d["length"] %= MAX_SNAP_RUN
+            return pack_fields(DESC_FIELDS, d, DESC_BYTES)
+        return desc
     if d["kind"] not in (DescKind.LOOKUP, DescKind.UPDATE) or d["n_bags"] <= MAX_BAGS_RUN:
         return desc
     if d["table"] >= N_TABLES:

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash clean
+.PHONY: venv test test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz clean
 
 venv: $(STAMP)
 
@@ -89,6 +89,15 @@ stress: $(STAMP)
 # a local Dask cluster of N worker processes (docs/campaigns.md)
 crash: $(STAMP)
 	$(TCXL) crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
+
+# Fuzzing (docs/faults.md): mutated descriptors and ring pointers, CSR sequences (full device),
+# raw CXL.mem headers and stray BIRsps (DCOH) against the golden model; one report per surface
+# in build/fuzz/<surface>/report.json. Counts: DESCS, CSRS, CXLS; BLOCKS=K splits each into K
+# launches (WORKERS=N spreads them on a local Dask cluster). Defaults take about 30 minutes.
+fuzz: $(STAMP)
+	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
+	$(TCXL) fuzz --surface csr --count $(or $(CSRS),500) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
+	$(TCXL) fuzz --surface cxl --count $(or $(CXLS),100000) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
 
 verilog: $(STAMP)
 	$(TCXL) verilog --out build/verilog $(if $(CONFIG),--config $(CONFIG))

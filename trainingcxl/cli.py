@@ -31,6 +31,8 @@ COMMANDS = {
                 "FPGA"),
     "synth": ("trainingcxl.synth", "ECP5 synthesis and place-and-route with YoWASP (make synth; "
               "needs the fpga extras)", "FPGA"),
+    "fuzz": ("trainingcxl.fuzz.job", "fuzz descriptors, CSR sequences or CXL.mem messages "
+             "against the RTL, golden model as oracle (make fuzz)", "verification"),
     "stress": ("trainingcxl.stress.job", "DCOH random stress with the caching host (make stress)",
                "verification"),
     "shade": ("trainingcxl.shade.cli", "SHADE study: importance-aware sample cache against LRU, "

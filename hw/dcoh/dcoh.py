@@ -199,7 +199,7 @@ class DCOH(wiring.Component):
             host_wb.q[0].line.eq(ev_line), dev_wb.q[0].line.eq(ev_line),
             poison.q[0].line.eq(ev_line),
             host.wr_inflight.eq(host_wb.q[0].busy | dev_wb.q[0].busy),
-            host.poisoned.eq(poison.q[0].hit), host.poison_full.eq(poison.full),
+            host.poison_full.eq(poison.full),
             trk.q_idx.eq(self.m2s_birsp.payload.hdr.bi_tag),
             host.tag_q_valid.eq(trk.q_valid), host.tag_q_op.eq(trk.q_op),
             host.tag_q_line.eq(trk.q_line), host.tags_full.eq(trk.full),

@@ -61,10 +61,11 @@ class HostLane(wiring.Component):
     lk : Out(LookupSignature), cam : Out(CamSignature), cam_way : Out(CamSignature) per way
         Lookups of the event's line in the snoop filter and the BITag tracker, and of each
         way's line of its set in the tracker (victim choice).
-    wr_inflight, poisoned, poison_full : In(1)
-        A media write of the line is in flight; the line is poisoned; the poison table is full.
-    tag_q_valid, tag_q_op : In
-        The tracker entry of the BIRsp's BITag (``m2s_birsp``'s tag is the query).
+    wr_inflight, poison_full : In(1)
+        A media write of the line is in flight; the poison table is full.
+    tag_q_valid, tag_q_op, tag_q_line : In
+        The tracker entry of the BIRsp's BITag (``m2s_birsp``'s tag is the query): valid, its
+        BISnp opcode and line.
     tags_full : In(1)
         No free BITag.
     ndr_room, drs_room, rd_room, wq_room : In(1)
@@ -104,7 +105,7 @@ class HostLane(wiring.Component):
             "lk": Out(LookupSignature(lb, W)),
             "cam": Out(CamSignature(lb)),
             "cam_way": Out(CamSignature(lb)).array(W),
-            "wr_inflight": In(1), "poisoned": In(1), "poison_full": In(1),
+            "wr_inflight": In(1), "poison_full": In(1),
             "tag_q_valid": In(1), "tag_q_op": In(4), "tag_q_line": In(lb), "tags_full": In(1),
             "ndr_room": In(1), "drs_room": In(1), "rd_room": In(1), "wq_room": In(1),
             "rd_slot": In(1), "wr_slot": In(1), "dw_turn": In(1),

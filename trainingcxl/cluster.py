@@ -365,3 +365,15 @@ def check_arguments(parser, args) -> None:
 def executor_from_args(args):
     """:func:`open_executor` for parsed :func:`add_arguments` options."""
     return open_executor(args.workers, args.scheduler, timeout=args.scheduler_timeout)
+
+
+def run_with_executor(prog: str, args, job) -> int:
+    """``job(executor)`` on the executor of the parsed options ``args``; a
+    :class:`ClusterError` (no cluster, unreachable scheduler) is printed as ``trainingcxl
+    <prog>: ...`` and gives exit status 2."""
+    try:
+        with executor_from_args(args) as ex:
+            return job(ex)
+    except ClusterError as e:
+        print(f"trainingcxl {prog}: {e}", file=sys.stderr)
+        return 2

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import sys
 import time
 from dataclasses import dataclass
 from functools import lru_cache
@@ -173,12 +172,7 @@ def main(argv=None) -> int:
         ap.error(f"--lags must be comma-separated integers, got {a.lags!r}")
     if a.batches < 2 or a.failures < 0 or a.seeds < 1 or min(lags) < 0:
         ap.error("--batches >= 2, --failures >= 0, --seeds >= 1, lags >= 0")
-    try:
-        with cluster.executor_from_args(a) as ex:
-            return _study(a, lags, ex)
-    except cluster.ClusterError as e:
-        print(f"trainingcxl study: {e}", file=sys.stderr)
-        return 2
+    return cluster.run_with_executor("study", a, lambda ex: _study(a, lags, ex))
 
 
 def _study(a, lags: list[int], ex) -> int:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,12 +138,7 @@ def main(argv=None) -> int:
     if args.count < 1 or not 1 <= args.blocks <= args.count:
         ap.error(f"need --count >= 1 and 1 <= --blocks <= --count, got --count {args.count} "
                  f"--blocks {args.blocks}")
-    try:
-        with cluster.executor_from_args(args) as ex:
-            return _fuzz(args, ex)
-    except cluster.ClusterError as e:
-        print(f"trainingcxl fuzz: {e}", file=sys.stderr)
-        return 2
+    return cluster.run_with_executor("fuzz", args, lambda ex: _fuzz(args, ex))
 
 
 def _fuzz(args, ex) -> int:

@@ -164,12 +164,7 @@ def main(argv=None) -> int:
     if args.blocks < 1 or args.messages < args.blocks:
         ap.error(f"--blocks must be >= 1 and at most --messages, got --blocks {args.blocks} "
                  f"--messages {args.messages}")
-    try:
-        with cluster.executor_from_args(args) as ex:
-            return _stress(args, ex)
-    except cluster.ClusterError as e:
-        print(f"trainingcxl stress: {e}", file=sys.stderr)
-        return 2
+    return cluster.run_with_executor("stress", args, lambda ex: _stress(args, ex))
 
 
 def _stress(args, ex) -> int:

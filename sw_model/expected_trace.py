@@ -15,6 +15,8 @@ Output: the trace the device must produce, as semantic events (docs/traces.md):
   and DRS opcodes (``sw_model.coherence``) and, for reads, the line's data;
 * ``mwr``: every media write the device must make, per line (key ``addr`` + ``k``, the k-th
   write of that line), with byte enables and data (bytes not enabled are 0);
+* ``mrd``: every line the device must read from the media, once per power-on epoch (the
+  first read; key ``addr``);
 * ``cpl``: every completion (key ``n``), all ``CPL_FIELDS`` but ``cycles``, and its ring slot;
 * ``image``: at every successful COMMIT, per-line hashes of the lines written so far in the
   table region and the superblock (the overlay of media writes since the start of the trace).
@@ -51,7 +53,7 @@ ACTIONS = "trainingcxl-actions"
 RAW = "trainingcxl-raw"
 VERSION = 1
 # event classes a semantic trace may cover; a comparison checks those both sides cover
-COVERS = ("csr", "cxl", "bisnp", "mwr", "cpl", "image")
+COVERS = ("csr", "cxl", "bisnp", "mwr", "mrd", "cpl", "image")
 LINE = 64
 OKAY, SLVERR = 0, 2
 _CYC = next((off, w) for n, off, w in CPL_FIELDS if n == "cycles")
@@ -188,12 +190,20 @@ class RegMap:
 
 
 class _RecMem(MemoryImage):
-    """A MemoryImage that reports every write to ``hook`` unless ``backdoor`` is set."""
+    """A MemoryImage that reports every write to ``hook`` and every read to ``read_hook``
+    unless ``backdoor`` is set."""
 
-    def __init__(self, size, hook):
+    def __init__(self, size, hook, read_hook):
         super().__init__(size)
         self.hook = hook
+        self.read_hook = read_hook
         self.backdoor = False
+
+    def read(self, address, length, **kw):
+        data = super().read(address, length, **kw)
+        if not self.backdoor and length:
+            self.read_hook(int(address), int(length))
+        return data
 
     def write(self, address, data, **kw):
         super().write(address, data, **kw)
@@ -210,7 +220,7 @@ class _Replay:
     def __init__(self, cfg: DeviceConfig, regmap: RegMap):
         self.cfg = cfg
         self.rm = regmap
-        self.mem = _RecMem(1 << cfg.addr_bits, self._media_write)
+        self.mem = _RecMem(1 << cfg.addr_bits, self._media_write, self._media_read)
         self.m = TrainingDevice(cfg, self.mem)
         self.events: list[dict] = []
         self.overlay = LineOverlay()
@@ -226,6 +236,7 @@ class _Replay:
     # -- state -----------------------------------------------------------------------------
     def _power_on(self):
         m, rm = self.m, self.rm
+        self.read_lines: set[int] = set()        # lines the device has read this epoch
         m.reset()
         m.tables = [(0, 0, 0)] * N_TABLES       # the CSR block resets the directory
         m.lr = rm.reset_value("LR") or 0
@@ -256,6 +267,13 @@ class _Replay:
             self._emit(ev)
             a += k
             i += k
+
+    def _media_read(self, addr: int, n: int):
+        """The first read of each line in a power-on epoch is an ``mrd`` event."""
+        for la in range(addr - addr % LINE, addr + n, LINE):
+            if la not in self.read_lines:
+                self.read_lines.add(la)
+                self._emit({"ev": "mrd", "addr": la})
 
     def _step(self):
         """Execute the descriptor at the model's head (model.process, one step)."""
@@ -493,7 +511,7 @@ class _Replay:
             if ans.media_write:
                 be = int(a["be"], 16)
                 data = bytes.fromhex(a["data"])
-                line = self.mem.read(h["addr"] * LINE, LINE)
+                line = MemoryImage.read(self.mem, h["addr"] * LINE, LINE)   # no media read
                 merged = bytes(data[i] if be >> i & 1 else line[i] for i in range(LINE))
                 super(_RecMem, self.mem).write(h["addr"] * LINE, merged)
                 self._emit(self.overlay.write(h["addr"] * LINE, data, be))

@@ -655,10 +655,12 @@ class TrainingDevice:
         rb = dim * 4
         for b in range(n):
             s, e = self._bag(oaddr, iaddr, b)
-            delta = mul_round(lr, mem.read_i32(gaddr + b * rb, dim), cfg.frac_bits)
+            delta = None        # the gradient is read at the bag's first item (none: unread)
             for x in mem.read_u32(iaddr + 4 * s, e - s).tolist():
                 if x >= rows:
                     raise _Stop(E.INDEX_RANGE, x, b)
+                if delta is None:
+                    delta = mul_round(lr, mem.read_i32(gaddr + b * rb, dim), cfg.frac_bits)
                 addr = tbase + x * rb
                 old = mem.read(addr, rb)
                 if not nolog and not self.logged.contains(t, x):

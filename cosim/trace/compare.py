@@ -56,6 +56,7 @@ class _Reducer:
         self.cmd_size = 0
         self.cpl_base = 0
         self.caching = False
+        self.read_lines: set[int] = set()
         self._clear()
 
     def _clear(self):
@@ -86,7 +87,7 @@ class _Reducer:
         c = rec.get("cycle")
         fn = getattr(self, "on_" + str(ch), None)
         if fn is None:
-            if ch in ("ar", "r"):           # media reads: timing-dependent, not compared
+            if ch == "r":                   # read data: timing-dependent, not compared
                 return
             raise TraceFormatError(f"unknown channel {ch!r}")
         fn(rec, c)
@@ -97,6 +98,7 @@ class _Reducer:
             self.emit({"ev": "reset"}, c)
             self._clear()
             self.overlay = LineOverlay()
+            self.read_lines = set()
             self.cmd_size = 0
             self.cpl_base = 0
 
@@ -135,6 +137,15 @@ class _Reducer:
         self.emit({"ev": "csr_r", "addr": addr, "name": self.rm.name(addr),
                    "resp": rec.get("rresp", 0), "data": int(rec["rdata"], 16),
                    "mask": 0xFFFFFFFF}, c)
+
+    # -- media reads: the first read of each line in an epoch ------------------------------
+    def on_ar(self, rec, c):
+        addr = rec["araddr"]
+        end = addr + (rec.get("arlen", 0) + 1) * (1 << rec.get("arsize", 6))
+        for la in range(addr - addr % LINE, end, LINE):
+            if la not in self.read_lines:
+                self.read_lines.add(la)
+                self.emit({"ev": "mrd", "addr": la}, c)
 
     # -- media writes ---------------------------------------------------------------------
     def on_aw(self, rec, c):
@@ -340,12 +351,13 @@ def _key(ev):
         return ("tag", ev["tag"], "n", ev["_n"])
     if c == "mwr" and ev.get("be") != _FULL_LINE:
         return ("line", ev["addr"], "be", ev["be"], "k", ev["_n"])
-    if c in ("mwr", "bisnp"):
+    if c in ("mwr", "bisnp", "mrd"):
         return ("line", ev["addr"], "k", ev["_n"])
     return ("n", ev["_n"])
 
 
 _CLASS_OF = {"csr_w": "csr", "csr_r": "csr", "cxl": "cxl", "cxl_orphan": "cxl", "mwr": "mwr",
+             "mrd": "mrd",
              "cpl": "cpl", "image": "image", "bisnp": "bisnp"}
 _CPL_KEYS = [n for n, _, _ in CPL_FIELDS if n != "cycles"]
 
@@ -491,7 +503,7 @@ def compare(a_events, b_events, *, context=3, names=("A", "B"), section="") -> R
                 continue
             busy = True
             per = {"cxl": ("tag", e.get("tag")), "mwr": ("line", e.get("addr"), e.get("be")),
-                   "bisnp": ("line", e.get("addr"))}.get(cls, (cls,))
+                   "bisnp": ("line", e.get("addr")), "mrd": ("line", e.get("addr"))}.get(cls, (cls,))
             e["_n"] = seq.get((cls, per), 0)
             seq[(cls, per)] = e["_n"] + 1
             key = _key(e)

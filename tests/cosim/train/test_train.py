@@ -129,3 +129,13 @@ def test_demo_trace_equals_model(tmp_path):
     d = res.divergence
     assert not res.equal and (d.cls, d.field) == ("mwr", "data"), res.report
     assert d.key[:2] == ("line", ev["addr"]), res.report
+    # a media read moved to a line the model never reads (the log's last line) is refused
+    lines = trace.read_text().splitlines()
+    k, rec = next((k, json.loads(x)) for k, x in enumerate(lines) if '"ch": "ar"' in x)
+    stray = cfg.log_base + cfg.log_size - 64
+    lines[k] = json.dumps({**rec, "araddr": stray, "arlen": 0})
+    bad.write_text("\n".join(lines) + "\n")
+    res = compare_files(bad, actions)
+    d = res.divergence
+    assert not res.equal and (d.cls, d.field) == ("mrd", "missing"), res.report
+    assert d.key == ("line", stray, "k", 0), res.report

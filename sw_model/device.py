@@ -4,7 +4,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from hw.config import DeviceConfig, ELEMS_PER_LINE, LINE_BYTES, SUPPORTED_DIMS
-from hw.encodings import LOOKUP_CMD_FIELDS, LOOKUP_CPL_FIELDS, LookupErrorCode, widths
+from hw.encodings import LOOKUP_CMD_FIELDS, LookupErrorCode, widths
 from .fixedpoint import saturate32
 from .memory import MemoryImage
 

@@ -390,10 +390,8 @@ class _Replay:
         if name in ("CPL_HEAD", "CMD_HEAD"):
             self._run_until(got if got < max(m.cmd_size, 1) else None)
         elif name == "STATUS" and self.recovering:
-            st = rm.regs["STATUS"]
             if got & rm.bit("STATUS", "READY") and not got & rm.bit("STATUS", "RECOVERING"):
                 self.recovering = False
-            del st
         self._sync_update()
         if self.synced:
             val = self._reg_value(name)

@@ -591,7 +591,7 @@ def run_flow(args) -> dict:
 def main(argv=None):
     args = parse_args(argv)
     try:
-        rep = run_flow(args)
+        run_flow(args)
     except ToolMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

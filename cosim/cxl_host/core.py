@@ -15,7 +15,7 @@ from collections import deque
 
 from .protocol import (
     Conflict, _fmt, HostKnobs, HostViolation, HostViolationError, _Line, OUT_CHANNELS, OutMsg,
-    Reference, _REQ, Snoop, Txn, _UNCACHED_WRITES,
+    _REQ, Snoop, Txn, _UNCACHED_WRITES,
 )
 from .requests import HostRequests
 from .responses import HostResponses

@@ -4,7 +4,6 @@ transactions, snoops and conflicts, the host's knobs, the violation record, and 
 reference it checks answers against. Pure Python (no cocotb)."""
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
 
 from hw.cxl_encodings import (

@@ -5,7 +5,6 @@ A mixin: the state it works on (``lines``, ``txns``, queues, stats) is created b
 ``HostCore.__init__``."""
 from __future__ import annotations
 
-import random
 
 from hw.cxl_encodings import (
     MetaField as MF, MetaValue as MV, ReqOpcode as RQ, RwDOpcode as RW, SnpType as ST,

@@ -426,7 +426,7 @@ class FormalHarness(Elaboratable):
 
     # ---- state updates -------------------------------------------------------------------
     def _updates(self, m):
-        h, dut = self.h, self.dut
+        h = self.h
         nl, nt = h.nl, h.nt
         r, w = h.r, h.w
         ndr_op, drs_op, grant_e, down_s, drop_i = req_expect(r.op, r.snp, r.mf, r.mv)

@@ -47,8 +47,7 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load_data",
-           "features"]
+__all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load_data"]
 
 DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
 MAX_OUTSTANDING = 256   # DeviceConfig().max_reads = max_writes of the measured build

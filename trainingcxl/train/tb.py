@@ -101,7 +101,6 @@ async def train_with_power_failures(dut):
         from trainingcxl.shade import job as shade_job
         data = dpath = shade_job.build(spec.datapath, spec.datapath["checkpoints"])
     every = spec.progress_every
-    state = {"last": time.monotonic()}
 
     def progress(ev):
         if ev["kind"] == "batch":

@@ -57,6 +57,7 @@ class _Reducer:
         self.cpl_base = 0
         self.caching = False
         self.read_lines: set[int] = set()
+        self.reset_at = None            # (record, cycle) of a reset applied after its cycle
         self._clear()
 
     def _clear(self):
@@ -85,6 +86,14 @@ class _Reducer:
     def line(self, rec):
         ch = rec.get("ch")
         c = rec.get("cycle")
+        if self.reset_at is not None and c != self.reset_at[1]:
+            self.flush()
+        if ch == "reset" and rec.get("rst") == 1 and self.reset_at is None:
+            # a handshake sampled at the edge that also sampled reset still happened under the
+            # old power-on epoch (flip-flops reset at that edge): start the epoch after the
+            # cycle's other records
+            self.reset_at = (rec, c)
+            return
         fn = getattr(self, "on_" + str(ch), None)
         if fn is None:
             if ch == "r":                   # read data: timing-dependent, not compared
@@ -93,6 +102,13 @@ class _Reducer:
         fn(rec, c)
 
     # -- reset ----------------------------------------------------------------------------
+    def flush(self):
+        """Apply a reset held back until the end of its cycle."""
+        if self.reset_at is not None:
+            rec, c = self.reset_at
+            self.reset_at = None
+            self.on_reset(rec, c)
+
     def on_reset(self, rec, c):
         if rec.get("rst") == 1:
             self.emit({"ev": "reset"}, c)
@@ -257,6 +273,7 @@ def reduce_raw(records, cfg: DeviceConfig | None = None, *, regmap=None) -> list
         except (KeyError, TypeError, ValueError) as e:
             raise TraceFormatError(f"line {rec.get('_line', '?')}: cannot reduce "
                                    f"{rec.get('ch')!r} record: {e}") from None
+    r.flush()
     covers = list(COVERS)
     for i, ev in enumerate(r.events):
         ev["i"] = i

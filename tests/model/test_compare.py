@@ -505,6 +505,25 @@ def test_power_cycle_device_may_have_done_any_prefix(crash_traces):
     assert compare(_red(perfect_device(part, acts)), exp).equal
 
 
+def test_handshake_at_the_reset_edge_belongs_to_the_old_epoch(crash_traces):
+    """A media write sampled at the same edge as the reset (recorded after the reset record
+    of that cycle) happened before the power cycle; seen in the 200-batch main job."""
+    acts, exp, _ = crash_traces
+    raw = perfect_device(exp, acts)
+    r0 = next(k for k, r in enumerate(raw) if r.get("ch") == "reset" and k > 1
+              and any(x.get("ch") == "aw" for x in raw[:k]))
+    k = max(j for j in range(r0) if raw[j].get("ch") == "aw")
+    moved = [dict(x, cycle=raw[r0]["cycle"]) for x in raw[k:k + 3]]      # aw, w, b
+    assert [x["ch"] for x in moved] == ["aw", "w", "b"]
+    raw2 = raw[:k] + raw[k + 3:r0 + 1] + moved + raw[r0 + 1:]
+    res = compare(_red(raw2), exp)
+    assert res.equal, res.report
+    # one cycle later it is a write of the new epoch, which the model does not make
+    late = [dict(x, cycle=raw[r0]["cycle"] + 1) for x in moved]
+    raw3 = raw[:k] + raw[k + 3:r0 + 1] + late + raw[r0 + 1:]
+    assert not compare(_red(raw3), exp).equal
+
+
 def test_power_cycle_divergences_still_found(crash_traces):
     acts, exp, _ = crash_traces
     # a may-write the device did, with a wrong byte

@@ -153,12 +153,14 @@ def test_icache_substitution_hand_sequence():
     for k in (E, F, E, G, E):
         assert not c.access(k)
         served.append(c.last_substitute)
-    # the lower half of the cache by importance is [D, C]: E -> D, F -> C, then the round
-    # starts again (E -> D); G (5) outranks D (1): admitted, evicting D, no substitute; the
-    # lower half is now [C, B] and D is no longer cached: E -> C
-    assert served == [D, C, D, None, C]
+    # the lower half of the cache by importance is [D, C]: E -> D, F -> C; both have stood
+    # in this epoch, so the next E is fetched; G (5) outranks D (1): admitted, evicting D, no
+    # substitute; the lower half is now [C, B], C used: E -> B
+    assert served == [D, C, None, None, B]
     assert c.contents() == {A, B, C, G}
-    assert (c.hits, c.misses, c.substitutable, c.substituted) == (0, 9, 4, 4)
+    assert (c.hits, c.misses, c.substitutable, c.substituted) == (0, 9, 4, 3)
+    c.new_epoch()                                            # every sample may stand in again
+    assert not c.access(E) and c.last_substitute == C
     plain = ImportanceCache(4)                               # without substitution
     run(plain, [A, B, C, D])
     plain.observe([A, B, C, D, E, F, G], [4, 3, 2, 1, 0.5, 0.1, 5])

@@ -274,6 +274,8 @@ class DataPath:
             if self.s.loss_n:
                 self.s.scores.end_epoch(self.s.loss_sum / self.s.loss_n)
             self.s.loss_sum, self.s.loss_n = 0.0, 0
+            for c in self.s.caches.values():
+                c.new_epoch()
             aggressive = self._aggressive(epoch)
             if self.cfg.sampler == "importance" and epoch > 0:
                 self.epoch_modes[epoch] = "aggressive" if aggressive else "relaxed"

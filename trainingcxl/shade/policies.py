@@ -52,6 +52,9 @@ class CachePolicy:
         """New importance scores of ``ids`` (after their minibatch's loss); ignored by
         policies that do not use importance."""
 
+    def new_epoch(self):
+        """The training job starts an epoch (only iCache's substitution uses it)."""
+
     def contents(self) -> set:
         raise NotImplementedError
 
@@ -300,10 +303,12 @@ class ImportanceCache(_ScoredCache):
     *substitutable*: ``substitutable`` counts them. With ``substitute=True`` such a miss is
     served by a cached unimportant sample instead (iCache's substitution): the substitute is
     the least important (score, then key) of the ``ceil(len / 2)`` least important cached
-    samples that has not been a substitute since the candidates were last exhausted (then
-    the round starts again). After :meth:`access` returns False, ``last_substitute`` is that
-    sample (None: no substitution, fetch the requested one); ``substituted`` counts them.
-    The requested sample's hit/miss counters are unchanged by a substitution (it is a miss).
+    samples that has not been a substitute in this epoch (:meth:`new_epoch`); when every
+    candidate has been used, the miss is fetched (so an epoch substitutes at most
+    ``ceil(capacity / 2)`` reads and each cached sample stands in at most once). After
+    :meth:`access` returns False, ``last_substitute`` is that sample (None: no
+    substitution, fetch the requested one); ``substituted`` counts them. The requested
+    sample's hit/miss counters are unchanged by a substitution (it is a miss).
     """
     name = "icache"
 
@@ -328,18 +333,21 @@ class ImportanceCache(_ScoredCache):
             self.substitutable += 1
             if self.substitute:
                 self.last_substitute = self._pick_substitute()
-                self.substituted += 1
+                self.substituted += self.last_substitute is not None
             return
         super()._miss(key)
 
-    def _pick_substitute(self) -> int:
+    def _pick_substitute(self):
         low = sorted((p, k) for k, p in self._prio.items())[:(len(self._prio) + 1) // 2]
         free = [k for _, k in low if k not in self._used]
         if not free:
-            self._used.clear()
-            free = [k for _, k in low]
+            return None
         self._used.add(free[0])
         return free[0]
+
+    def new_epoch(self):
+        """A new epoch starts: every cached sample may stand in once again."""
+        self._used.clear()
 
     def observe(self, ids, scores):
         for k, s in zip(np.asarray(ids).tolist(), np.asarray(scores, dtype=float).tolist()):

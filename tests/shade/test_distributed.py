@@ -199,13 +199,13 @@ def test_worker_errors_reach_the_coordinator(store_dir, mode):
 
 
 def test_shared_cache_replay_after_a_power_failure(store_dir):
-    """Golden model, 4 worker processes, shared SHADE cache: a power failure in epoch 2 is
+    """Golden model, 4 worker processes, shared SHADE cache: a power failure in epoch 1 is
     recovered by every worker (restore its shard's and sampler's state of MLP epoch m,
     re-read m+1..C through the shards) and two runs with the same failure are identical."""
     from sw_model.dlrm import make_model_device
     cfg = DataPathConfig(sampler="importance", cache="shade", cache_size=20,
                          batch_size=MCFG.batch_size, seed=2, shadows=("lru",))
-    n = 3 * 16
+    n = 16 + 12
 
     def run(fail=None):
         dev = make_model_device(MCFG, seed=5)
@@ -216,7 +216,7 @@ def test_shared_cache_replay_after_a_power_failure(store_dir):
             st = dist.stats()
         return res, st, dev
     ref, ref_st, ref_dev = run()
-    fail = int(ref_dev.writes * (2 * 16 + 6.5) / n)
+    fail = int(ref_dev.writes * (16 + 6.5) / n)
     a, a_st, _ = run(fail)
     b, b_st, _ = run(fail)
     assert len(a.crashes) == 1

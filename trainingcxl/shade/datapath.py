@@ -174,7 +174,7 @@ class DataPath:
             raise ValueError(f"{store.n} samples hold no batch of {cfg.batch_size} over "
                              f"{cfg.world} workers")
         if cfg.sharded:
-            if shards is None and cfg.cache != "none":
+            if shards is None and (cfg.cache != "none" or cfg.shadows):
                 raise ValueError("a shared cache over several workers needs a transport to "
                                  "the other shards (DistributedDataPath)")
             total = int(round(cfg.cache_size / 100 * store.n))
@@ -286,21 +286,20 @@ class DataPath:
             self.s.plan_epoch = epoch
         return self.s.plan[k * self.per_worker:(k + 1) * self.per_worker]
 
-    def _access_local(self, b: int, ids) -> list:
-        """Every id through this worker's own caches: [(hit, substitute or -1)]."""
+    def _apply(self, i: int, requester: int, b: int) -> tuple:
+        """One read of sample ``i`` by worker ``requester`` through this worker's caches
+        (its local cache or its shard, and the shadows): (hit in the driving cache,
+        substitute or -1)."""
         drv = self.driving
-        out = []
-        for i in ids:
-            hit, sub = False, -1
-            for c in self.s.caches.values():
-                h = c.access(i)
-                if c is drv:
-                    hit = h
-                    if not h and getattr(c, "last_substitute", None) is not None:
-                        sub = c.last_substitute
-            out.append((hit, sub))
-            self._record_view(i, self.cfg.rank, b)
-        return out
+        hit, sub = False, -1
+        for c in self.s.caches.values():
+            h = c.access(i)
+            if c is drv:
+                hit = h
+                if not h and getattr(c, "last_substitute", None) is not None:
+                    sub = c.last_substitute
+        self._record_view(i, requester, b)
+        return hit, sub
 
     def _record_view(self, i: int, requester: int, b: int):
         self.view.trace.append(int(i))
@@ -311,7 +310,6 @@ class DataPath:
         """The reads of batch b that reach this worker's shard: ``requests[q]`` = ids worker
         q asked for (owned here), applied in worker order, each in its order. Returns
         ``[[(hit, substitute or -1)] per id] per worker``."""
-        drv = self.driving
         out = []
         for q, ids in enumerate(requests):
             ans = []
@@ -320,15 +318,7 @@ class DataPath:
                 if owner(i, self.cfg.world) != self.cfg.rank:
                     raise ValueError(f"worker {q} asked shard {self.cfg.rank} for sample {i}, "
                                      f"owned by shard {owner(i, self.cfg.world)}")
-                hit, sub = False, -1
-                for c in self.s.caches.values():
-                    h = c.access(i)
-                    if c is drv:
-                        hit = h
-                        if not h and getattr(c, "last_substitute", None) is not None:
-                            sub = c.last_substitute
-                ans.append((hit, sub))
-                self._record_view(i, q, b)
+                ans.append(self._apply(i, q, b))
             out.append(ans)
         return out
 
@@ -336,12 +326,8 @@ class DataPath:
         asked = self._ids(b)
         if self.shards is not None:
             res = self.shards.access(b, asked.tolist())
-        elif self.driving is not None:
-            res = self._access_local(b, asked.tolist())
         else:
-            res = [(False, -1)] * asked.size
-            for i in asked.tolist():
-                self._record_view(i, self.cfg.rank, b)
+            res = [self._apply(i, self.cfg.rank, b) for i in asked.tolist()]
         ids = asked.copy()
         hits = np.zeros(ids.size, dtype=bool)
         fetched = 0

@@ -304,8 +304,9 @@ class ImportanceCache(_ScoredCache):
     served by a cached unimportant sample instead (iCache's substitution): the substitute is
     the least important (score, then key) of the ``ceil(len / 2)`` least important cached
     samples that has not been a substitute in this epoch (:meth:`new_epoch`); when every
-    candidate has been used, the miss is fetched (so an epoch substitutes at most
-    ``ceil(capacity / 2)`` reads and each cached sample stands in at most once). After
+    candidate has been used, the miss is fetched. A sample stands in at most once per epoch,
+    but the cache's contents and scores change during the epoch, so the number of
+    substitutions per epoch is not bounded by the capacity. After
     :meth:`access` returns False, ``last_substitute`` is that sample (None: no
     substitution, fetch the requested one); ``substituted`` counts them. The requested
     sample's hit/miss counters are unchanged by a substitution (it is a miss).

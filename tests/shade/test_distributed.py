@@ -160,6 +160,10 @@ def test_workers_match_an_in_process_reference(store_dir, mode, share, sampling)
                     (c.hits, c.misses), f"shard {r} {name}"
             assert all(owner(i, WORLD) == r for i in g["view"]["trace"])
             assert g["messages"] > 0
+    tot = DistributedDataPath.totals(got)
+    assert tot["reads"] == n * MCFG.batch_size == tot["served"] + tot["missed"]
+    assert tot["fetches"] == tot["missed"] and tot["bytes"] == sum(g["io"]["bytes"] for g in got)
+    assert tot["caches"]["shade"]["hits"] == sum(g["caches"]["shade"]["hits"] for g in got)
     if mode == "shared":
         # every read reached its owner: the shards' reads are the workers' reads
         assert sum(len(g["view"]["trace"]) for g in got) == sum(len(g["trace"]) for g in got)

@@ -223,7 +223,29 @@ class DistributedDataPath:
         self._all("recover", committed, mlp_epoch)
 
     def stats(self) -> list[dict]:
+        """Every worker's :meth:`DataPath.stats` (without Belady) with its log, trace,
+        observations, cache view and message count."""
         return self._all("stats")
+
+    @staticmethod
+    def totals(stats: list[dict]) -> dict:
+        """Global counters from :meth:`stats`: reads ``served`` from the cache (hits and
+        substitutes) and missed as the workers saw them, storage fetches and bytes, the
+        driving cache's (or shards') own hits and misses, messages between workers."""
+        out = dict(reads=0, served=0, missed=0, fetches=0, bytes=0, messages=0, caches={})
+        for st in stats:
+            out["reads"] += st["accesses"]
+            out["served"] += st["served"]["hits"]
+            out["missed"] += st["served"]["misses"]
+            out["fetches"] += st["io"]["fetches"]
+            out["bytes"] += st["io"]["bytes"]
+            out["messages"] += st.get("messages", 0)
+            for name, c in st["caches"].items():
+                t = out["caches"].setdefault(name, dict(hits=0, misses=0))
+                t["hits"] += c["hits"]
+                t["misses"] += c["misses"]
+        out["hit_ratio"] = out["served"] / out["reads"] if out["reads"] else 0.0
+        return out
 
     def close(self):
         for r, c in enumerate(self._conns):

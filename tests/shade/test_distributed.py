@@ -236,3 +236,22 @@ def test_shared_cache_replay_after_a_power_failure(store_dir):
         # before the failure: the failure-free run
         k = (crash.batch - 1) * MCFG.batch_size // WORLD
         assert ga["trace"][:k] == gr["trace"][:k]
+
+
+def test_a_shard_applies_reads_in_worker_order_hand_sequence(store_dir):
+    """The shard of worker 1 of 2 (LRU, 1 sample: a 2-sample cache over 2 shards; samples 0
+    and 1 are owned by shard 1, 2 by shard 0), fed the reads of two batches by hand."""
+    assert [owner(i, 2) for i in range(3)] == [1, 1, 0]
+    cfg = DataPathConfig(cache="lru", cache_size=100 * 2 / 128, batch_size=8, rank=1, world=2)
+    dp = DataPath(SampleStore(store_dir), cfg, shards=object())
+    assert dp.capacity == 1
+    # batch 1: worker 0 reads 0 (miss, admitted); worker 1 reads 0 (hit), then 1 (miss,
+    # evicts 0). batch 2: worker 0 reads 1 (hit); worker 1 reads 0 (miss, evicts 1)
+    assert dp.serve_shard(1, [[0], [0, 1]]) == [[(False, -1)], [(True, -1), (False, -1)]]
+    assert dp.serve_shard(2, [[1], [0]]) == [[(True, -1)], [(False, -1)]]
+    assert (dp.view.trace, dp.view.requester, dp.view.batch) == (
+        [0, 0, 1, 1, 0], [0, 1, 1, 0, 1], [1, 1, 1, 2, 2])
+    assert dp.driving.contents() == {0}
+    with pytest.raises(ValueError, match="worker 0 asked shard 1 for sample 2, owned by "
+                                         "shard 0"):
+        dp.serve_shard(3, [[2], []])

@@ -45,8 +45,9 @@ study: $(STAMP)
 	$(TCXL) study $(if $(SEED),--seed $(SEED)) $(if $(WORKERS),--workers $(WORKERS))
 
 # SHADE (docs/shade.md): importance sampler + sample caches (SHADE, LRU, LFU, random, iCache-like,
-# Belady) on the synthetic click log, cache sizes 1/5/10/20 %, 1 and 4 workers, golden model;
-# report and plots in build/shade/ (about 10 minutes)
+# Belady) on the synthetic click log, cache sizes 1/5/10/20 %, 1 and 4 workers (one shared cache
+# and local caches), aggressive/auto sampling and iCache substitution, golden model; report and
+# plots in build/shade/ (19 minutes on a shared 2-core machine at load 2-6)
 shade: $(STAMP)
 	$(TCXL) shade $(if $(DATA),--data $(DATA))
 

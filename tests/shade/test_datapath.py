@@ -58,7 +58,7 @@ def test_power_failure_replay_is_deterministic_and_follows_the_rule(store_dir, t
     assert first == log_of(ref)[:crash.batch - 1]
     # 3. the state saved with MLP epoch m equals the failure-free run's at m, and is on disk
     assert a.sidecar.get(m) == ref.sidecar.get(m)
-    assert (tmp_path / "a" / f"datapath-{m}.pkl").read_bytes() == ref.sidecar.get(m)
+    assert (tmp_path / "a" / f"datapath-{m}.npz").read_bytes() == ref.sidecar.get(m)
     # 4. the replay rule, from the failure-free run's checkpoint: restore m, re-read m+1..C
     #    without scores, then C+1.. in the same epoch come in the same order with these hits
     rule = DataPath(SampleStore(store_dir), a.cfg)
@@ -95,3 +95,42 @@ def test_batches_must_come_in_order(store_dir):
         dp.batch(3)
     with pytest.raises(KeyError, match="no data-path checkpoint for MLP epoch 1"):
         dp.recover(2, 1)
+
+
+def test_icache_substitution_changes_what_the_model_reads(store_dir):
+    """With iCache's substitution a substitutable miss is served by a cached sample: the
+    batch holds the substitute, counts as served from the cache and fetches nothing."""
+    cfg = DataPathConfig(sampler="importance", cache="icache", substitute=True, cache_size=25,
+                         batch_size=MCFG.batch_size, seed=3, shadows=("lru",))
+    dp = DataPath(SampleStore(store_dir), cfg)
+    dev = make_model_device(MCFG, seed=5)
+    train(dev, DLRM(MCFG), dp, N_BATCHES, MCFG, data_feedback=dp)
+    subs = 0
+    for r in dp.log:
+        changed = r.ids != r.asked
+        subs += int(changed.sum())
+        assert r.hits[changed].all()
+    c = dp.driving
+    assert subs == c.substituted > 0
+    st = dp.stats()
+    assert st["served"]["hits"] == c.hits + c.substituted
+    assert st["io"]["fetches"] == len(dp.trace) - st["served"]["hits"]
+    assert dp.trace == sum((r.asked.tolist() for r in dp.log), [])
+    with pytest.raises(ValueError, match="substitution needs the icache policy"):
+        DataPathConfig(cache="shade", substitute=True)
+
+
+def test_auto_sampling_follows_validation(store_dir):
+    cfg = DataPathConfig(sampler="importance", cache="shade", cache_size=25, batch_size=8,
+                         sampling="auto")
+    dp = DataPath(SampleStore(store_dir), cfg)
+    for b in range(1, BPE + 1):
+        dp.ids(b)
+    with pytest.raises(ValueError, match="auto sampling: no validation result for epoch 0"):
+        dp.ids(BPE + 1)
+    metrics = iter([0.60, 0.62, 0.61, 0.58])
+    dp = DataPath(SampleStore(store_dir), cfg, validator=lambda: next(metrics))
+    for b in range(1, 5 * BPE + 1):
+        dp.ids(b)
+    # epoch 1: changes [0]; 2: [0, .02]; 3: (0 + .02 - .01) / 3; 4: (.02 - .01 - .03) / 3
+    assert dp.epoch_modes == {1: "relaxed", 2: "aggressive", 3: "aggressive", 4: "relaxed"}

@@ -53,3 +53,18 @@ def test_shade_subcommand_parser_round_trips(monkeypatch):
     a = ap.parse_args(["shade"])
     a.func(a)
     assert again.parse_args(seen["argv"]).ablation is False
+
+
+def test_train_substitute_option(tmp_path):
+    mk = lambda *x: _args(["--batches", "4", "--crashes", "0", "--dataset-batches", "2",
+                           "--batch-size", "8", "--out", str(tmp_path), *x])
+    a = mk("--cache", "icache", "--substitute", "--sampler", "importance")
+    mcfg = a.model
+    gen = ClickLogGenerator(mcfg.clicklog())
+    spec = shade_job.prepare(a, mcfg, lambda b: gen.batch(b, mcfg.batch_size), 2, a.seed)
+    assert spec["cfg"]["substitute"] is True
+    assert shade_job.build(spec).driving.substitute
+    import pytest
+    with pytest.raises(ValueError, match="--substitute .* needs --cache icache"):
+        shade_job.prepare(mk("--cache", "shade", "--substitute"), mcfg,
+                          lambda b: gen.batch(b, mcfg.batch_size), 2, a.seed)

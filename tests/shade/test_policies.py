@@ -141,3 +141,55 @@ def test_belady_is_optimal_against_brute_force(seed):
         for name in ("lru", "lfu", "random", "shade", "icache"):
             p = make_policy(name, cap, seed=trial)
             assert sum(p.access(k) for k in seq) <= bh, (name, seq, cap)
+
+
+def test_icache_substitution_hand_sequence():
+    # cap 4, scores A 4 > B 3 > C 2 > D 1 > E 0.5 > F 0.1, G 5 (the most important)
+    c = ImportanceCache(4, substitute=True)
+    assert run(c, [A, B, C, D]) == "mmmm"                   # room: all admitted
+    G, F = 7, 6
+    c.observe([A, B, C, D, E, F, G], [4, 3, 2, 1, 0.5, 0.1, 5])
+    served = []
+    for k in (E, F, E, G, E):
+        assert not c.access(k)
+        served.append(c.last_substitute)
+    # the lower half of the cache by importance is [D, C]: E -> D, F -> C; both have stood
+    # in this epoch, so the next E is fetched; G (5) outranks D (1): admitted, evicting D, no
+    # substitute; the lower half is now [C, B], C used: E -> B
+    assert served == [D, C, None, None, B]
+    assert c.contents() == {A, B, C, G}
+    assert (c.hits, c.misses, c.substitutable, c.substituted) == (0, 9, 4, 3)
+    c.new_epoch()                                            # every sample may stand in again
+    assert not c.access(E) and c.last_substitute == C
+    plain = ImportanceCache(4)                               # without substitution
+    run(plain, [A, B, C, D])
+    plain.observe([A, B, C, D, E, F, G], [4, 3, 2, 1, 0.5, 0.1, 5])
+    assert run(plain, [E, F, E, G, E]) == "mmmmm" and plain.last_substitute is None
+    assert plain.substitutable == 4 and plain.substituted == 0
+    with pytest.raises(ValueError, match="substitution is iCache's"):
+        make_policy("lru", 4, substitute=True)
+
+
+@pytest.mark.parametrize("name", ["lru", "lfu", "random", "shade", "icache"])
+def test_state_round_trips_through_json(name, seed):
+    """A policy restored from its JSON state (half-way through a sequence with score
+    updates) continues exactly like the original."""
+    import json
+    from trainingcxl.shade.policies import policy_from_state
+    rng = random.Random(seed)
+    seq = [rng.randrange(12) for _ in range(200)]
+    scores = [(rng.sample(range(12), 4), [rng.choice([2.3, 2.4, 2.5]) for _ in range(4)])
+              for _ in range(200)]
+
+    def step(p, j):
+        p.observe(*scores[j])
+        return p.access(seq[j])
+    kw = dict(substitute=True) if name == "icache" else {}
+    a = make_policy(name, 4, seed=seed, **kw)
+    for j in range(100):
+        step(a, j)
+    b = policy_from_state(json.loads(json.dumps(a.state_dict())))
+    assert b.state_dict() == a.state_dict()
+    ha = [(step(a, j), getattr(a, "last_substitute", None)) for j in range(100, 200)]
+    hb = [(step(b, j), getattr(b, "last_substitute", None)) for j in range(100, 200)]
+    assert ha == hb and a.state_dict() == b.state_dict()

@@ -43,3 +43,40 @@ def test_cached_samples_come_first_and_replicate():
         epoch_plan("importance", n, 2, scores=t, rep_factor=1.2)
     with pytest.raises(ValueError, match="unknown sampler"):
         epoch_plan("weighted", n, 2)
+
+
+def test_aggressive_rule_from_validation():
+    """SHADE's bench_cifar10.py: changes [0, m1 - m0, ...]; score = mean of the last three
+    once there are three (sum / 3), else the last change; aggressive iff score > 0."""
+    from trainingcxl.shade.sampler import aggressive_from_validation as agg
+    assert agg([]) is True                                   # SHADE's initial score 100
+    assert agg([0.60]) is False                              # [0] -> 0
+    assert agg([0.60, 0.62]) is True                         # [0, .02] -> .02
+    assert agg([0.60, 0.59]) is False                        # [0, -.01]
+    assert agg([0.60, 0.62, 0.61]) is True                   # (0 + .02 - .01) / 3
+    assert agg([0.60, 0.62, 0.61, 0.58]) is False            # (.02 - .01 - .03) / 3
+    assert agg([0.60, 0.50, 0.51, 0.52]) is False            # (-.1 + .01 + .01) / 3
+    assert agg([0.5, 0.6, 0.4, 0.45, 0.5, 0.55]) is True     # (.05 + .05 + .05) / 3
+
+
+def test_aggressive_every_worker_takes_the_most_drawn():
+    """Aggressive: every worker reads the same n/W most frequently drawn samples (repeats
+    kept, ties by id), each in its own order; the relaxed plans of all workers together are
+    the draws themselves, from which the reference is computed."""
+    from collections import Counter
+    n, world = 40, 4
+    t = ScoreTable(n)
+    t.update(np.arange(10), np.full(10, 30.0))               # samples 0-9 drawn far more often
+    relaxed = [epoch_plan("importance", n, 2, seed=5, rank=r, world=world, scores=t)
+               for r in range(world)]
+    count = Counter(np.concatenate(relaxed).tolist())
+    expect = sorted(sorted(count.elements(), key=lambda i: (-count[i], i))[:n // world])
+    plans = [epoch_plan("importance", n, 2, seed=5, rank=r, world=world, scores=t,
+                        aggressive=True) for r in range(world)]
+    for p in plans:
+        assert sorted(p.tolist()) == expect
+    assert len({tuple(p.tolist()) for p in plans}) > 1, "each worker shuffles its own copy"
+    # one worker: the same draws as relaxed, in another order
+    one = epoch_plan("importance", n, 2, seed=5, scores=t, aggressive=True)
+    assert sorted(one.tolist()) == sorted(epoch_plan("importance", n, 2, seed=5,
+                                                     scores=t).tolist())

@@ -16,6 +16,9 @@ def add_arguments(ap):
     """The data-path options of ``trainingcxl train``."""
     ap.add_argument("--cache", choices=CACHES, default="none",
                     help="sample cache between the trainer and the sample store (docs/shade.md)")
+    ap.add_argument("--substitute", action="store_true",
+                    help="with --cache icache: iCache's substitution (a substitutable miss is "
+                         "served by a cached unimportant sample; changes what is trained on)")
     ap.add_argument("--cache-size", type=float, default=10.0,
                     help="sample cache size, percent of the training samples (10)")
     ap.add_argument("--sampler", choices=SAMPLERS, default=None,
@@ -35,10 +38,14 @@ def prepare(a, mcfg, data, n_batches: int, seed: int) -> dict:
     return the JSON spec of the data path (store, config, checkpoint directory)."""
     if not 0 <= a.cache_size <= 100:
         raise ValueError(f"--cache-size is a percentage, not {a.cache_size!r}")
+    if a.substitute and a.cache != "icache":
+        raise ValueError(f"--substitute is iCache's substitution: it needs --cache icache, "
+                         f"not {a.cache!r}")
     samples = ClickData.concat([data(b) for b in range(1, n_batches + 1)])
     store = write_store(samples, Path(a.out) / "store", shard_size=256).resolve()
     cfg = DataPathConfig(sampler=a.sampler or "shuffle", cache=a.cache,
-                         cache_size=a.cache_size, batch_size=mcfg.batch_size, seed=seed)
+                         cache_size=a.cache_size, batch_size=mcfg.batch_size, seed=seed,
+                         substitute=a.substitute)
     SampleStore(store).verify()
     return dict(store=str(store), cfg=asdict(cfg))
 
@@ -70,6 +77,9 @@ def describe(s: dict) -> str:
     c = st["caches"].get(s["cache"])
     hit = (f"hit ratio {c['hit_ratio']:.4f} (Belady {st['caches']['belady']['hit_ratio']:.4f})"
            if c else "no cache")
+    if c and c.get("substituted"):
+        hit += (f", {c['substituted']} misses served by a substitute (served from the cache "
+                f"{st['served']['hit_ratio']:.4f})")
     return (f"sampler {s['sampler']}, cache {s['cache']} {s['cache_size']}% of "
             f"{s['n_samples']} samples ({s['capacity']}): {hit}, {st['io']['fetches']} fetches,"
             f" {st['io']['bytes']:,} B, modelled I/O {st['io']['seconds']:.2f} s, "

@@ -5,8 +5,8 @@ Online: :class:`LRUCache`, :class:`LFUCache`, :class:`RandomCache` (always admit
 evict when full), :class:`ShadeCache` (SHADE's rank-based admission and eviction),
 :class:`ImportanceCache` (iCache-like: keep the currently most important samples).
 Offline: :func:`belady_hits` (Belady's MIN with bypass: the most hits any policy can get on a
-sequence). Every policy's state is plain Python data, so ``copy.deepcopy`` / pickle captures it
-for checkpoints.
+sequence). Every policy's state round-trips through JSON (``state_dict()`` /
+:func:`policy_from_state`) for the data path's checkpoints.
 """
 from __future__ import annotations
 
@@ -52,7 +52,21 @@ class CachePolicy:
         """New importance scores of ``ids`` (after their minibatch's loss); ignored by
         policies that do not use importance."""
 
+    def new_epoch(self):
+        """The training job starts an epoch (only iCache's substitution uses it)."""
+
     def contents(self) -> set:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        """The policy's whole state as JSON-able data (lists, numbers, strings)."""
+        return dict(name=self.name, capacity=self.capacity, hits=self.hits,
+                    misses=self.misses, **self._state())
+
+    def _state(self) -> dict:
+        raise NotImplementedError
+
+    def _load(self, d: dict):
         raise NotImplementedError
 
     @property
@@ -81,6 +95,12 @@ class LRUCache(CachePolicy):
 
     def _hit(self, key):
         self._od.move_to_end(key)
+
+    def _state(self):
+        return dict(order=list(self._od))
+
+    def _load(self, d):
+        self._od = OrderedDict((int(k), None) for k in d["order"])
 
     def _miss(self, key):
         if len(self._od) >= self.capacity:
@@ -119,6 +139,19 @@ class LFUCache(CachePolicy):
     def _hit(self, key):
         self._touch(key, self._count[key] + 1)
 
+    def _state(self):
+        return dict(entries=[[k, c, self._last[k]] for k, c in self._count.items()],
+                    tick=self._tick)
+
+    def _load(self, d):
+        # the heap is rebuilt from the live entries: (count, tick, key) are unique, so the
+        # victim chosen is the same as with the original heap and its stale entries
+        self._count = {int(k): int(c) for k, c, _ in d["entries"]}
+        self._last = {int(k): int(t) for k, _, t in d["entries"]}
+        self._heap = [(c, self._last[k], k) for k, c in self._count.items()]
+        heapq.heapify(self._heap)
+        self._tick = int(d["tick"])
+
     def _miss(self, key):
         if len(self._count) >= self.capacity:
             while True:
@@ -151,6 +184,16 @@ class RandomCache(CachePolicy):
 
     def _hit(self, key):
         pass
+
+    def _state(self):
+        version, internal, gauss = self._rng.getstate()
+        return dict(keys=list(self._keys), rng=[version, list(internal), gauss])
+
+    def _load(self, d):
+        self._keys = [int(k) for k in d["keys"]]
+        self._pos = {k: j for j, k in enumerate(self._keys)}
+        version, internal, gauss = d["rng"]
+        self._rng.setstate((version, tuple(internal), gauss))
 
     def _miss(self, key):
         if len(self._keys) >= self.capacity:
@@ -194,6 +237,12 @@ class _ScoredCache(CachePolicy):
             heapq.heappop(self._heap)
         raise LookupError("empty cache")
 
+    def _rebuild(self):
+        # (priority, key) pairs are unique, so the minimum found is the same as with the
+        # original heap and its stale entries
+        self._heap = [(p, k) for k, p in self._prio.items()]
+        heapq.heapify(self._heap)
+
     def _hit(self, key):
         pass
 
@@ -234,29 +283,72 @@ class ShadeCache(_ScoredCache):
             if k in self._prio:
                 self._set(k, g)
 
+    def _state(self):
+        return dict(cached=[[k, p[0], p[1]] for k, p in self._prio.items()],
+                    ghost=[[k, g[0], g[1]] for k, g in self.ghost.items()])
+
+    def _load(self, d):
+        self._prio = {int(k): (float(s), int(f)) for k, s, f in d["cached"]}
+        self.ghost = {int(k): (float(s), int(f)) for k, s, f in d["ghost"]}
+        self._rebuild()
+
 
 class ImportanceCache(_ScoredCache):
-    """iCache-like importance cache (HPCA '23, without substitution): keeps the samples of
-    highest current importance (their latest rank score; samples never scored rank lowest).
-    Admission and eviction as in :class:`ShadeCache` but on the score alone, and a never-scored
-    sample is admitted while there is room. ``substitutable`` counts misses on samples less
-    important than everything cached: iCache would serve those with a cached low-importance
-    sample instead (not done here, the training sequence is not changed)."""
+    """iCache-like importance cache (after iCache, HPCA '23): keeps the samples of highest
+    current importance (their latest rank score; samples never scored rank lowest).
+    Admission and eviction as in :class:`ShadeCache` but on the score alone, and a
+    never-scored sample is admitted while there is room.
+
+    A miss on a sample less important than everything cached (cache full) is
+    *substitutable*: ``substitutable`` counts them. With ``substitute=True`` such a miss is
+    served by a cached unimportant sample instead (iCache's substitution): the substitute is
+    the least important (score, then key) of the ``ceil(len / 2)`` least important cached
+    samples that has not been a substitute in this epoch (:meth:`new_epoch`); when every
+    candidate has been used, the miss is fetched. A sample stands in at most once per epoch,
+    but the cache's contents and scores change during the epoch, so the number of
+    substitutions per epoch is not bounded by the capacity. After
+    :meth:`access` returns False, ``last_substitute`` is that sample (None: no
+    substitution, fetch the requested one); ``substituted`` counts them. The requested
+    sample's hit/miss counters are unchanged by a substitution (it is a miss).
+    """
     name = "icache"
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, substitute: bool = False):
         super().__init__(capacity)
         self.score: dict = {}
         self.substitutable = 0
+        self.substitute = bool(substitute)
+        self.substituted = 0
+        self.last_substitute = None
+        self._used: set = set()
 
     def _priority(self, key):
         return self.score.get(key, float("-inf"))
 
+    def access(self, key):
+        self.last_substitute = None
+        return super().access(key)
+
     def _miss(self, key):
         if len(self._prio) >= self.capacity and not self._priority(key) > self._min()[0]:
             self.substitutable += 1
+            if self.substitute:
+                self.last_substitute = self._pick_substitute()
+                self.substituted += self.last_substitute is not None
             return
         super()._miss(key)
+
+    def _pick_substitute(self):
+        low = sorted((p, k) for k, p in self._prio.items())[:(len(self._prio) + 1) // 2]
+        free = [k for _, k in low if k not in self._used]
+        if not free:
+            return None
+        self._used.add(free[0])
+        return free[0]
+
+    def new_epoch(self):
+        """A new epoch starts: every cached sample may stand in once again."""
+        self._used.clear()
 
     def observe(self, ids, scores):
         for k, s in zip(np.asarray(ids).tolist(), np.asarray(scores, dtype=float).tolist()):
@@ -264,15 +356,50 @@ class ImportanceCache(_ScoredCache):
             if k in self._prio:
                 self._set(k, s)
 
+    def _state(self):
+        return dict(cached=[[k, p] for k, p in self._prio.items()],
+                    score=[[k, v] for k, v in self.score.items()],
+                    substitutable=self.substitutable, substitute=self.substitute,
+                    substituted=self.substituted, used=sorted(self._used))
+
+    def _load(self, d):
+        self._prio = {int(k): float(p) for k, p in d["cached"]}
+        self.score = {int(k): float(v) for k, v in d["score"]}
+        self.substitutable = int(d["substitutable"])
+        self.substitute = bool(d["substitute"])
+        self.substituted = int(d["substituted"])
+        self._used = {int(k) for k in d["used"]}
+        self._rebuild()
+
 
 POLICIES = {"lru": LRUCache, "lfu": LFUCache, "random": RandomCache, "shade": ShadeCache,
             "icache": ImportanceCache}
 
 
-def make_policy(name: str, capacity: int, seed: int = 0) -> CachePolicy:
+def make_policy(name: str, capacity: int, seed: int = 0, substitute: bool = False) -> CachePolicy:
+    """A policy by name; ``seed`` for random replacement, ``substitute`` for iCache's
+    substitution (``icache`` only)."""
     if name not in POLICIES:
         raise ValueError(f"unknown cache policy {name!r} (one of {sorted(POLICIES)})")
-    return RandomCache(capacity, seed) if name == "random" else POLICIES[name](capacity)
+    if substitute and name != "icache":
+        raise ValueError(f"substitution is iCache's: not available for {name!r}")
+    if name == "random":
+        return RandomCache(capacity, seed)
+    if name == "icache":
+        return ImportanceCache(capacity, substitute)
+    return POLICIES[name](capacity)
+
+
+def policy_from_state(d: dict) -> CachePolicy:
+    """The policy a :meth:`CachePolicy.state_dict` describes (KeyError/ValueError/TypeError
+    on malformed data)."""
+    name = d["name"]
+    if name not in POLICIES:
+        raise ValueError(f"unknown cache policy {name!r} in a saved state")
+    p = make_policy(name, int(d["capacity"]))
+    p.hits, p.misses = int(d["hits"]), int(d["misses"])
+    p._load(d)
+    return p
 
 
 def belady_hits(seq: Sequence[int], capacity: int) -> np.ndarray:

@@ -68,11 +68,11 @@ class DeviceConfig:
                                # at one line per cycle is N lines (the headers), so 1024
                                # covers 1024 new rows of any dim. Default: 513 Kibit + 122
                                # Kibit (16 + 4 Xilinx RAMB36 / 26 + 7 Intel M20K).
-    upd_rows: int = 512        # update engine: row tracker table entries (power of two;
+    upd_rows: int = 1024       # update engine: row tracker table entries (power of two;
                                # 8 ways of upd_rows / 8 sets in block RAM, plus upd_victims
-                               # in a CAM); covers the row read + write round trip at PMEM
-                               # latency 200, so the write port stays busy there
-                               # (docs/benchmarks.md)
+                               # in a CAM); with distinct random rows at dim 16 it covers the
+                               # row read + write round trip up to PMEM latency 300, so the
+                               # write port stays busy there (docs/benchmarks.md)
 
     def __post_init__(self):
         def need(cond, msg):

@@ -104,7 +104,7 @@ _P = [
           "0: staging (index lists, outputs, gradients, MLP source) in the device's one media "
           "as in the RTL; 1: a what-if device DRAM for staging", sensitivity=False),
     Param("max_reads", 256, "", "spec", "hw/config.py DeviceConfig.max_reads", sensitivity=False),
-    Param("upd_rows", 512, "", "spec", "hw/config.py DeviceConfig.upd_rows", sensitivity=False),
+    Param("upd_rows", 1024, "", "spec", "hw/config.py DeviceConfig.upd_rows", sensitivity=False),
     # ---- baselines' failure tolerance ---------------------------------------------------------
     Param("ckpt_interval_batches", 1000, "batches", "assumption",
           "periodic-checkpoint baseline: whole tables + MLP every N batches (Check-N-Run, "

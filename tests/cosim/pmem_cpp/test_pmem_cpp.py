@@ -3,16 +3,16 @@
 One seeded full-device run, recorded (``BenchConfig.trace``), on each model: recover a fresh
 device, two tables, two training batches (LOOKUP+LOG, UPDATE with and without logging,
 COMMIT), host CXL.mem reads, then a third batch rung and the power cut while its writes are
-in flight
-(``cosim.powerfail.power_fail`` with the run's seed: torn 8-byte words, partial bursts,
-staging garbage), a restart from the crash image, recovery and a fourth batch. The bench
+in flight (``cosim.powerfail.power_fail``, seeded: torn 8-byte words, partial bursts,
+staging garbage; a crash image on each of the first ``CUT`` cycles with a write in flight,
+the power cut at the last), a restart from the crash image, recovery and a fourth batch. The bench
 checks every completion, the memory image and the CSRs against the golden model
 (``DeviceTB.run``/``check``; after the crash the model recovers the same crash image).
 
 The launcher (end of file) then requires, between the Python-model run and the C++-model
 run: the raw boundary traces (every handshake on CXL.mem, the media port and the CSR port,
 with its cycle) byte for byte equal, and the crash image (every line, by SHA-256) and its
-statistics equal. Media faults: the cocotb tests of tests/cosim/media named in
+statistics equal at each of the ``CUT`` cycles. Media faults: the cocotb tests of tests/cosim/media named in
 ``MEDIA_TESTS`` (seeded random faults, read and write faults with garbage data, faults during
 recovery and snapshots), recorded on both models, give byte-equal traces (every error
 response on the media port and every report it causes) and pass their own checks against the
@@ -38,7 +38,7 @@ from cosim.tb.device import DeviceTB, commit, lookup, update
 from hw.config import DeviceConfig
 
 LINE = 64
-CUT = 12           # the power fails on the CUT-th cycle with at least 2 media writes in flight
+CUT = 40           # crash images taken, one per cycle with a media write in flight
 
 
 def _bags(rng, n_bags, max_len, rows):
@@ -93,27 +93,31 @@ async def pmem_parity_run(dut):
     assert lines[0] == tb.model.mem.read(base0, LINE), tb.where("host read of row 0")
 
     # power fails while batch 3 runs
+    # A crash image is taken (power_fail only reads the model) on each of the first CUT
+    # cycles with a write in flight; the power really fails at the last of them.
     await tb.ring_raw(_batch(tb, 3, 80))
-    busy = 0
+    images = []
     for _ in range(20_000):
         await ClockCycles(dut.clk, 1)
-        busy += tb.pmem.writes_in_flight >= 2
-        if busy == CUT:
+        await tb.pmem.settle()    # (the C++ model: this edge evaluated; see its docstring)
+        if not tb.pmem.writes_in_flight:
+            continue
+        cycle = tb.pmem.cycle
+        img = power_fail(tb.pmem, random.Random(tb.seed + cycle), staging=staging, cycle=cycle)
+        images.append([cycle, _digest(img.mem), img.unapplied, img.bursts_without_data,
+                       img.words_survived, img.words_lost])
+        if len(images) == CUT:
             break
-    await tb.pmem.settle()        # (the C++ model: this edge evaluated; see its docstring)
-    cycle = tb.pmem.cycle
     stats = tb.pmem.stats()
-    img = power_fail(tb.pmem, random.Random(tb.seed), staging=staging, cycle=cycle)
-    with open(tb.trace.path.parent / "crash_image.txt", "w") as f:
-        for a in sorted(img.mem._lines):
-            f.write(f"{a:#x} {bytes(img.mem._lines[a]).hex()}\n")
-    report = {"cycle": cycle, "pmem_stats": stats, "image": _digest(img.mem),
+    report = {"cycle": cycle, "pmem_stats": stats, "images": images,
               "image_lines": len(img.mem._lines),
               "crash": {k: getattr(img, k) for k in (
                   "words_survived", "words_lost", "applied_unacked", "unapplied",
                   "bursts_without_data", "staging_lines", "writes_in_flight")}}
-    dut._log.info(f"power failure at cycle {cycle}: {report['crash']}")
-    assert img.writes_in_flight > 0, tb.where("nothing in flight at the cut: move CUT")
+    partial = sum(1 for im in images if im[2] or im[3])
+    dut._log.info(f"power failure at cycle {cycle}: {report['crash']}; {len(images)} images, "
+                  f"{partial} with partial or data-less bursts")
+    assert len(images) == CUT, tb.where(f"only {len(images)} cycles with writes in flight")
     await tb.power_on(in_reset=lambda: tb.drv.load_image(img))
     tb.model.mem = img.mem.copy()          # the model recovers the same crash image
     await tb.recover()

@@ -209,3 +209,16 @@ def test_cpp_pmem_media_faults_equal_python(tmp_path, request):
         "no read or no write error response recorded: the faults did not reach the trace"
     assert py == cpp, f"seed {seed}: media-fault traces differ (python {traces['python']}, " \
                       f"cpp {traces['cpp']})"
+
+
+@pytest.mark.cosim
+def test_pmem_model_must_match_the_build(tmp_path):
+    """The Python model on the C++-PMEM build (both would drive the media port) is refused
+    with a message naming the fix; so is the C++ model on the plain build."""
+    cfg = DeviceConfig()
+    for build_kind, asked in (("cpp", "python"), ("python", "cpp")):
+        with pytest.raises(cb.CosimError):
+            cb.run(cb.device_build(cfg, pmem=build_kind), __name__, seed=1,
+                   test_dir=tmp_path / build_kind, params=BenchConfig(cfg, pmem=asked))
+        log = (tmp_path / build_kind / "sim.log").read_text()
+        assert "must match BenchConfig.pmem" in log, log[-2000:]

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
+.PHONY: venv test test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
 # Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.
+# The C++ PMEM model against the Python one (docs/crash.md): its own full-device build, 4-5 min
+test-cpmem: $(STAMP)
+	$(TCXL) test tests/cosim/pmem_cpp $(if $(SEED),--seed $(SEED))
+
 test-icarus: $(STAMP)
 	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
 	$(TCXL) test tests/cosim/icarus --require-icarus

@@ -28,6 +28,7 @@ The command-line side is :func:`add_arguments` / :func:`check_arguments`, shared
 """
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import threading
@@ -37,7 +38,7 @@ from pathlib import Path
 
 __all__ = ["CONNECT_TIMEOUT_S", "QUIET_CONFIG", "ClusterError", "SerialExecutor", "DaskExecutor",
            "open_executor", "fresh_task_dir", "add_arguments", "check_arguments",
-           "executor_from_args"]
+           "executor_from_args", "run_sim_task"]
 
 CONNECT_TIMEOUT_S = 30.0
 
@@ -336,6 +337,27 @@ def fresh_task_dir(path) -> Path:
     attempt = path / f"attempt-{uuid.uuid4().hex[:8]}"
     attempt.mkdir(parents=True)
     return attempt
+
+
+def run_sim_task(build, module: str, test: str, *, seed: int, params, out: Path,
+                 what: str) -> dict:
+    """One cocotb launch of a campaign task whose bench writes its result JSON to
+    ``out / "result.json"`` (the ``out`` field of ``params``); returns that dict with
+    ``run_error`` (the simulator's failure, or None), or ``{"seed", "missing": True,
+    "run_error"}`` when the run wrote no result."""
+    from cosim import build as cb
+    err = None
+    try:
+        cb.run(build, module, test_filter=f"{test}$", seed=seed, params=params,
+               test_dir=out / "run")
+    except cb.CosimError as e:
+        err = str(e)[-3000:]
+    result = out / "result.json"
+    if not result.exists():
+        return {"seed": seed, "missing": True, "run_error": err or f"the {what} wrote no result"}
+    r = json.loads(result.read_text())
+    r["run_error"] = err
+    return r
 
 
 def add_arguments(parser) -> None:

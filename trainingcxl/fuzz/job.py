@@ -71,22 +71,13 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
 
     b = block.build if cb.is_built(block.build) else _build(block.surface)
     out = cluster.fresh_task_dir(block.out)
-    result = out / "result.json"
-    p = FuzzParams(surface=block.surface, out=str(result), count=block.count, seed=block.seed,
+    p = FuzzParams(surface=block.surface, out=str(out / "result.json"), count=block.count, seed=block.seed,
                    round=block.round, watchdog_us=block.watchdog_us,
                    bench=BenchConfig(DeviceConfig()), sabotage=block.sabotage)
     test = "fuzz_cxl" if block.surface == "cxl" else "fuzz_device"
-    err = None
-    try:
-        cb.run(b, "trainingcxl.fuzz.tb", test_filter=f"{test}$", seed=block.seed, params=p,
-               test_dir=out / "run")
-    except cb.CosimError as e:
-        err = str(e)[-3000:]
-    if not result.exists():
-        return {"seed": block.seed, "count": block.count, "missing": True,
-                "run_error": err or "the fuzz run wrote no result"}
-    r = json.loads(result.read_text())
-    r["run_error"] = err
+    r = cluster.run_sim_task(b, "trainingcxl.fuzz.tb", test, seed=block.seed, params=p, out=out,
+                             what="fuzz run")
+    r.setdefault("count", block.count)
     return r
 
 

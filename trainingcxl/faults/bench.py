@@ -5,7 +5,7 @@ the campaign (:mod:`trainingcxl.faults.tb`, ``trainingcxl faults``) and the case
 """
 import numpy as np
 
-from cosim.tb.device import E, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
+from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
 from hw.encodings import LOG_HDR_FIELDS, LOG_MAGIC, SB_FIELDS, unpack_fields
 from sw_model.training import TrainingDevice, record_crc, slot_addr
 
@@ -73,6 +73,27 @@ def check_tables(tb, want, what):
             bad = sorted({k // (dim * 4) for k in range(len(data)) if got[k] != data[k]})
             raise AssertionError(tb.where(f"{what}: table {tid} rows {bad[:8]} differ "
                                           f"({len(bad)} rows)"))
+
+
+def check_reported(tb, kind, cpl, new, log_failed: bool, what: str) -> tuple[bool, bool]:
+    """The media-fault oracle of one descriptor run with fault rules armed (one per doorbell):
+    ``new`` the faults injected while it ran, ``log_failed`` whether a record write of the
+    batch failed before. It must complete with ``MEDIA`` exactly when a fault other than an
+    undo-log write hit it, or when it is an UPDATE/COMMIT after a failed record write (a
+    LOOKUP's failed record write is reported by the batch's next UPDATE or COMMIT), else OK.
+    Returns ``(media, log_failed)``."""
+    cfg = tb.cfg
+    log_w = [f for f in new if f.op == "write"
+             and cfg.log_base <= f.addr < cfg.log_base + cfg.log_size]
+    log_failed = log_failed or bool(log_w)
+    expect = len(log_w) < len(new) or (kind != K.LOOKUP and log_failed)
+    st = int(cpl["status"])
+    assert st in (E.OK, E.MEDIA), tb.where(f"{what}: status {st}")
+    if expect and st != E.MEDIA:
+        raise AssertionError(tb.where(f"{what}: fault not reported"))
+    if st == E.MEDIA and not expect:
+        raise AssertionError(tb.where(f"{what}: MEDIA without a fault"))
+    return st == E.MEDIA, log_failed
 
 
 def model_tables(tb):

@@ -45,8 +45,8 @@ from cosim.tb.config import BenchConfig
 from cosim.tb.device import E, K
 from hw.encodings import DESC_FIELDS, unpack_fields
 from sw_model.training import snap_slot_addr
-from trainingcxl.faults.bench import (LINE, check_log_trustworthy, check_tables, fresh,
-                                      model_run, model_tables, random_batch, restore_config,
+from trainingcxl.faults.bench import (LINE, check_log_trustworthy, check_reported, check_tables,
+                                      fresh, model_run, model_tables, random_batch, restore_config,
                                       submit)
 
 __all__ = ["FaultParams", "media_fault_campaign", "region_of"]
@@ -227,19 +227,9 @@ async def media_fault_campaign(dut):
                     (cpl,), new = await submit(tb, [d], f"batch {batch} {kind.name}")
                     c["descriptors"] += 1
                     note(new, kind.name)
-                    log_w = [f for f in new if f.op == "write"
-                             and cfg.log_base <= f.addr < cfg.log_base + cfg.log_size]
-                    other = [f for f in new if f not in log_w]
-                    log_failed |= bool(log_w)
-                    expect = bool(other) or (kind != K.LOOKUP and log_failed)
-                    st = int(cpl["status"])
                     what = f"batch {batch} ({attempt}) {kind.name} tag {cpl['tag']}, faults {new}"
-                    assert st in (E.OK, E.MEDIA), tb.where(f"{what}: status {st}")
-                    if expect and st != E.MEDIA:
-                        raise AssertionError(tb.where(f"{what}: fault not reported"))
-                    if st == E.MEDIA and not expect:
-                        raise AssertionError(tb.where(f"{what}: MEDIA without a fault"))
-                    if st == E.MEDIA:
+                    media, log_failed = check_reported(tb, kind, cpl, new, log_failed, what)
+                    if media:
                         c["media_completions"] += 1
                         failed = True
                     else:

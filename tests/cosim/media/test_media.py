@@ -36,10 +36,10 @@ from cosim.tb.device import E, K, commit, lookup, update
 from hw.config import DeviceConfig
 from hw.encodings import DESC_FIELDS, unpack_fields
 from sw_model.training import slot_addr
-from trainingcxl.faults.bench import (LINE, check_log_trustworthy, check_tables, expect_status,
-                                      fresh, grads, log_records, model_run, model_tables,
-                                      random_batch, restore_config, row_addr, row_lines,
-                                      staged_bags, submit)
+from trainingcxl.faults.bench import (LINE, check_log_trustworthy, check_reported, check_tables,
+                                      expect_status, fresh, grads, log_records, model_run,
+                                      model_tables, random_batch, restore_config, row_addr,
+                                      row_lines, staged_bags, submit)
 
 
 # ---------------------------------------------------------------------------- 1. LOOKUP+LOG
@@ -273,20 +273,10 @@ async def media_random_faults_every_one_reported(dut, trial):
                 if failed and kind != K.LOOKUP:
                     break            # after a MEDIA of UPDATE/COMMIT: abort the attempt
                 (c,), new = await submit(tb, [d], f"batch {batch} {kind.name}")
-                log_w = [f for f in new if f.op == "write"
-                         and cfg.log_base <= f.addr < cfg.log_base + cfg.log_size]
-                other = [f for f in new if f not in log_w]
-                log_failed |= bool(log_w)
-                expect = bool(other) or (kind != K.LOOKUP and log_failed)
                 n_faults += len(new)
-                st = int(c["status"])
                 what = f"batch {batch} ({attempt}) {kind.name} tag {c['tag']}, faults {new}"
-                assert st in (E.OK, E.MEDIA), tb.where(f"{what}: status {st}")
-                if expect and st != E.MEDIA:
-                    raise AssertionError(tb.where(f"{what}: fault not reported"))
-                if st == E.MEDIA and not expect:
-                    raise AssertionError(tb.where(f"{what}: MEDIA without a fault"))
-                if st == E.MEDIA:
+                media, log_failed = check_reported(tb, kind, c, new, log_failed, what)
+                if media:
                     n_media += 1
                     failed = True
                 elif kind != K.COMMIT or not failed:

@@ -437,6 +437,7 @@ def write_markdown(rep: dict) -> str:
             md.append("")
     if pnr is None:
         md.append("Place and route not run (`--no-pnr`, or the design does not fit).")
+        md.append("")
     else:
         md.append(fmt_table([(c, f"{f['achieved_mhz']:.1f}", f"{f['constraint_mhz']:.1f}",
                               "met" if f["met"] else "**missed**")

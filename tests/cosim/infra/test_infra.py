@@ -517,6 +517,26 @@ def test_unimportable_module_raises(seed, tmp_path):
         cb.run(passthrough_build(512), "cosim.no_such_bench", seed=seed, test_dir=tmp_path)
 
 
+def test_coverage_build_writes_counters(seed, tmp_path):
+    """The coverage variant (cosim.build COVERAGE_ARGS) is its own build key, and a run of it
+    writes Verilator counters that trainingcxl.coverage reads: the 64-bit passthrough (the
+    smallest build of the tier) under one bench, some line and toggle points hit."""
+    from trainingcxl.coverage import data
+    plain = passthrough_build(64)
+    b = cb.build(cb.generate_verilog(AxiPassthrough(data_width=64)), coverage=True)
+    assert b.coverage and not plain.coverage and b.key != plain.key
+    res = cb.run(b, __name__, test_filter="test_latency_exact", seed=seed,
+                 test_dir=tmp_path)
+    assert res.coverage_dat == tmp_path / "coverage.dat" and res.n_ran >= 1
+    cov = data.load([res.coverage_dat])
+    hit = {k: sum(1 for p, n in cov.counts.items() if p.kind == k and n) for k in data.KINDS}
+    total = {k: sum(1 for p in cov.counts if p.kind == k) for k in data.KINDS}
+    assert all(0 < hit[k] <= total[k] for k in data.KINDS), (hit, total)
+    assert not plain.coverage and cb.run(plain, __name__, test_filter="test_latency_exact",
+                                         seed=seed, test_dir=tmp_path / "plain").coverage_dat \
+        is None
+
+
 def test_check_junit_counts_only_passed(tmp_path):
     """`make test`'s guard counts passed cosim cases, not skipped or failed ones."""
     report = tmp_path / "r.xml"

@@ -551,6 +551,43 @@ def test_check_junit_counts_only_passed(tmp_path):
     assert cb.check_junit(report, "tests.unit") == 0
 
 
+def test_run_ledger_guard_counts_cocotb_tests_from_results_files(tmp_path):
+    """`make test`'s second guard counts cocotb tests executed in the results files of the
+    simulator runs (the ledger cosim.build.run writes), not pytest nodes: a ledger of a run
+    whose results show only skipped tests, a failed run, a missing results file or no ledger
+    at all counts nothing and fails; one passed cocotb test passes."""
+    import json
+    from trainingcxl import check_junit
+
+    def results(name, cases):
+        f = tmp_path / f"{name}.xml"
+        # the attributes cocotb writes and cocotb_tools.check_results reads
+        f.write_text('<testsuites><testsuite name="s" tests="%d" skipped="%d" failures="%d">%s'
+                     '</testsuite></testsuites>' % (len(cases), cases.count("skip"),
+                                                    cases.count("fail"), "".join(
+                         f'<testcase name="t{i}" classname="m">'
+                         + {"ok": "", "skip": "<skipped/>", "fail": "<failure/>"}[c]
+                         + "</testcase>" for i, c in enumerate(cases))))
+        return f
+
+    def ledger(*files):
+        f = tmp_path / "runs.jsonl"
+        f.write_text("".join(json.dumps({"module": "m", "results_xml": str(x), "sim": "verilator",
+                                         "n_ran": 0, "n_failed": 0}) + "\n" for x in files))
+        return f
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase classname="tests.cosim.test_a" name="x"/>'
+                     '</testsuite></testsuites>')
+    argv = [str(junit), "--require", "tests.cosim", "--runs"]
+    assert check_junit.main(argv + [str(tmp_path / "none.jsonl")]) == 1
+    assert check_junit.main(argv + [str(ledger(results("skips", ["skip", "skip"])))]) == 1
+    assert check_junit.main(argv + [str(ledger(results("fails", ["ok", "fail"])))]) == 1
+    assert check_junit.main(argv + [str(ledger(tmp_path / "missing.xml"))]) == 1
+    assert check_junit.check_runs(ledger(results("ok", ["ok", "skip", "ok"])))[:2] == (1, 2)
+    assert check_junit.main(argv + [str(ledger(results("ok", ["ok"])))]) == 0
+
+
 # --- payload packing (pure Python, no simulator) -------------------------------------------------
 
 def test_codec_roundtrip_nested_struct():

@@ -87,12 +87,13 @@ def test_merge_summary_and_exclusions(recorded, tmp_path):
 
 def test_cli_merge_only_writes_summary_and_html(recorded, capsys):
     out = recorded / "cov"
-    assert cli.main(["--merge-only", "--out", str(out)]) == 0
+    assert cli.main(["--merge-only", "--no-sources", "--out", str(out)]) == 0
     s = json.loads((out / "summary.json").read_text())
     assert s["blocks"]["DCOH"]["line"]["pct"] == 50.0
     html = (out / "html" / "block-DCOH.html").read_text()
     assert "else" in html and "x &lt;= 0" in html      # the missed line point, with its Verilog
     assert "DCOH" in capsys.readouterr().out
+    assert s["blocks"]["DCOH"]["modules"]["sf"]["line"] == "1/2"
 
 
 def test_functional_merge_counts_reachable_bins_only():

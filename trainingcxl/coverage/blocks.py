@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Block", "BLOCKS", "block_of", "OTHER"]
+__all__ = ["Block", "BLOCKS", "block_of", "OTHER", "module_sources"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,39 @@ def block_of(module: str) -> tuple[Block, str]:
         if p in _BY_INSTANCE:
             return _BY_INSTANCE[p], ".".join(parts[i + 1:])
     return OTHER, ".".join(parts[1:])
+
+
+def module_sources(component, top: str) -> dict[str, str]:
+    """Verilog module name -> the Amaranth source file (relative to the repository) of the
+    component it was elaborated from, by walking the design's fragment tree the way
+    ``amaranth.back.verilog`` names modules (``<top>.<instance>...``). Modules whose origin is a
+    library component (FIFOs, memories) name the library file."""
+    import inspect
+    from pathlib import Path
+
+    from amaranth.hdl import Fragment
+
+    root = Path(__file__).resolve().parents[2]
+    out = {}
+
+    def where(frag):
+        for origin in getattr(frag, "origins", None) or ():
+            try:
+                f = Path(inspect.getfile(type(origin))).resolve()
+            except TypeError:
+                continue
+            try:
+                return f.relative_to(root).as_posix()
+            except ValueError:     # a library component: name it from its package on
+                parts = f.parts
+                return "/".join(parts[parts.index("amaranth"):]) if "amaranth" in parts \
+                    else f.name
+        return ""
+
+    def walk(frag, path):
+        out[path] = where(frag)
+        for sub, name, *_ in frag.subfragments:
+            walk(sub, f"{path}.{name}" if name else path)
+
+    walk(Fragment.get(component, None), top)
+    return out

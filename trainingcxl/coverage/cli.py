@@ -41,7 +41,23 @@ def _verilator_coverage(files, out: Path) -> dict:
     return {"verilator_coverage": exe, "merged_dat": str(merged), "lcov_info": str(info)}
 
 
-def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None = None) -> dict:
+def _device_sources(cov) -> dict:
+    """(block, module path in block) -> Amaranth source file, from elaborating the full device in
+    its default configuration (a few seconds), when the coverage includes a device build."""
+    from trainingcxl.coverage.blocks import block_of, module_sources
+    if not any(report.DEFAULT_TOP in tops for tops in cov.variant_tops.values()):
+        return {}
+    from hw.config import DeviceConfig
+    from hw.top import TrainingCXLDevice
+    out = {}
+    for name, src in module_sources(TrainingCXLDevice(DeviceConfig()), report.DEFAULT_TOP).items():
+        block, rel = block_of(name)
+        out[(block.name, rel)] = src
+    return out
+
+
+def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None = None,
+                  sources: bool = True) -> dict:
     files = sorted((out / "dat").glob("*.dat"))
     files = [f for f in files if f.stat().st_size]
     if not files:
@@ -49,7 +65,7 @@ def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None =
     cov = data.load(files)
     rules = report.load_exclusions(exclusions)
     meta = {**(meta or {}), **_verilator_coverage(files, out)}
-    summary = report.summarise(cov, rules, meta)
+    summary = report.summarise(cov, rules, meta, _device_sources(cov) if sources else None)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     report.write_html(cov, rules, summary, out / "html")
     from trainingcxl.coverage import functional
@@ -76,17 +92,25 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="trainingcxl coverage", description=__doc__.split("\n")[0])
     ap.add_argument("--areas", default=",".join(DEFAULT_AREAS),
                     help="comma-separated tests/cosim areas (default %(default)s)")
-    ap.add_argument("--seed", type=int, default=None, help="seed of the randomized tests")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="seed of the randomized tests (default: derived from the commit, as "
+                         "make test)")
     ap.add_argument("--out", type=Path, default=Path("build/coverage"))
     ap.add_argument("--exclusions", type=Path, default=None,
                     help="exclusions file (default: trainingcxl/coverage/exclusions.toml)")
     ap.add_argument("--merge-only", action="store_true",
                     help="do not run tests; summarise the coverage files already in OUT/dat")
+    ap.add_argument("--no-sources", action="store_true",
+                    help="skip elaborating the device to name each module's Amaranth source")
     ap.add_argument("--jobs", type=int, default=1, help="pytest workers (default 1)")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     areas = [a for a in args.areas.split(",") if a]
     rc = 0
+    if args.seed is None and not args.merge_only:
+        from trainingcxl.regression import commit_seed
+        args.seed, origin = commit_seed()
+        print(f"coverage: seed {args.seed} (from {origin}; reproduce with --seed {args.seed})")
     if not args.merge_only:
         root = Path(__file__).resolve().parents[2]
         bad = [a for a in areas if not (root / "tests" / "cosim" / a).is_dir()]
@@ -101,15 +125,14 @@ def main(argv=None) -> int:
                "-p", "no:cacheprovider", f"--junitxml={out / 'results.xml'}"]
         if args.jobs > 1:
             cmd += ["-n", str(args.jobs), "--dist", "loadfile"]
-        if args.seed is not None:
-            cmd += ["--seed", str(args.seed)]
+        cmd += ["--seed", str(args.seed)]
         print("coverage:", " ".join(cmd), flush=True)
         rc = subprocess.call(cmd, env=env)
     meta = {"areas": areas, "seed": args.seed,
             "command": "trainingcxl coverage " + " ".join(argv if argv is not None
                                                           else sys.argv[1:])}
     try:
-        summary = summarise_dir(out, meta, args.exclusions)
+        summary = summarise_dir(out, meta, args.exclusions, sources=not args.no_sources)
     except FileNotFoundError as e:
         print(f"coverage: {e}", file=sys.stderr)
         return rc or 1

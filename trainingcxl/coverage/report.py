@@ -41,8 +41,13 @@ def _pct(hit: int, total: int):
     return round(100.0 * hit / total, 2) if total else None
 
 
-def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None) -> dict:
+def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
+              sources: dict | None = None) -> dict:
+    """Per-block figures. ``sources`` ((block, module path in block) -> Amaranth source file,
+    from :func:`trainingcxl.coverage.blocks.module_sources`) adds a per-module breakdown of the
+    headline variant naming the file each module was elaborated from."""
     per = defaultdict(lambda: {k: [0, 0] for k in KINDS})      # (block, variant) -> kind -> [hit, total]
+    per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
     excl_per = defaultdict(lambda: {k: 0 for k in KINDS})
     rule_hits = [0] * len(rules)
     for p, n in cov.counts.items():
@@ -54,6 +59,8 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None) -> dic
             continue
         per[key][p.kind][1] += 1
         per[key][p.kind][0] += n > 0
+        per_mod[key + (p.module,)][p.kind][1] += 1
+        per_mod[key + (p.module,)][p.kind][0] += n > 0
     blocks = {}
     for b in (*BLOCKS, OTHER):
         variants = []
@@ -72,7 +79,13 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None) -> dic
         variants.sort(key=lambda v: (DEFAULT_TOP not in v["tops"],
                                      -sum(v[k]["total"] for k in KINDS)))
         head, rest = variants[0], variants[1:]
-        blocks[b.name] = {"source": b.source, **head, "other_variants": rest}
+        modules = {}
+        for (name, variant, mod), kinds in sorted(per_mod.items()):
+            if (name, variant) == (b.name, head["variant"]):
+                modules[mod or "(block)"] = {
+                    "source": (sources or {}).get((name, mod), ""),
+                    **{k: f"{kinds[k][0]}/{kinds[k][1]}" for k in KINDS}}
+        blocks[b.name] = {"source": b.source, **head, "modules": modules, "other_variants": rest}
     return {
         **(meta or {}),
         "metric": "Verilator line points and toggle points (per bit and direction) hit/total, "
@@ -115,6 +128,12 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
         body = [f"<h1>{e(name)} ({e(b['source'])})</h1>",
                 f"<p>variant {b['variant']} built in {e(', '.join(b['tops']))}; "
                 f"line {b['line']['pct']} %, toggle {b['toggle']['pct']} %</p>",
+                "<h2>Modules</h2><table><tr><th>module</th><th>Amaranth source</th>"
+                "<th>line</th><th>toggle</th></tr>",
+                *(f"<tr><td>{e(m)}</td><td><code>{e(v['source'])}</code></td>"
+                  f"<td>{v['line']}</td><td>{v['toggle']}</td></tr>"
+                  for m, v in b.get("modules", {}).items()),
+                "</table>",
                 f"<h2>Missed line points ({len(lines)})</h2><table>"
                 "<tr><th>module</th><th>kind</th><th>Verilog line</th></tr>"]
         for p in lines:

@@ -218,7 +218,8 @@ class CoherenceScoreboard:
                 fcov.sample_bisnp(h["opcode"])
                 mask = self.cfg.sf_sets - 1
                 for line, ent in self._fcov_open.items():
-                    if line != h["addr"] and (line & mask) == (h["addr"] & mask):
+                    if line != h["addr"] and (line & mask) == (h["addr"] & mask) and \
+                            fcov.may_take_victim(ent[0], ent[1], h["opcode"]):
                         ent[2] = True
         elif txn is not None and txn.channel == "m2s_req" and txn.kind != "conflict":
             if channel == "s2m_ndr" and h["opcode"] == ND.BI_CONFLICT_ACK:

@@ -14,6 +14,10 @@ Coverage items (bins are listed in full by :func:`bins`):
   at the boundary) × outcome (``hit``: the line was tracked; ``miss``: not tracked, no victim;
   ``victim``: not tracked and a BISnp to another line of the same set went out while it was
   open). Bins the design makes impossible are not bins: hit needs S/A, miss/victim need I.
+  The victim is attributed at the boundary, not seen inside the DCOH: a BISnpInv (the kind
+  victims use) to another line of the same snoop-filter set while an allocating Req that
+  missed is open. A device write or RdOwn snooping such a line in that window counts too, so
+  ``victim`` is an upper bound; Reqs that never allocate (:data:`NO_ALLOC`) are never marked.
 - ``dcoh.rwd``: RwD opcode × MetaField-MetaValue × poison (BIConflict one bin).
 - ``dcoh.bisnp``: BISnp opcode; ``dcoh.birsp``: BIRsp opcode.
 - ``cmd.cpl``: descriptor kind × completion status (``hw.encodings.DeviceError``) of every
@@ -61,11 +65,22 @@ REQ_COMBOS = (
     ("MEM_CLN_EVCT", "NO_OP", "I"), ("MEM_SPEC_RD", "*", "*"),
 )
 SF_STATES = ("I", "S", "A")
+# Legal Reqs after which the snoop filter does not hold the line (sw_model.coherence: sf_after
+# "I" or untracked): they never allocate an entry, so never need a victim.
+NO_ALLOC = ("MEM_RD/SNP_CUR/noop", "MEM_INV/SNP_INV/I", "MEM_INV_NT/SNP_INV/I",
+            "MEM_CLN_EVCT/NO_OP/I", "MEM_SPEC_RD/*/*")
 DESC_KINDS = tuple(k.name for k in DescKind) + ("unknown",)
 # codes that only the ERR_CODE CSR reports (doorbell and CSR errors), never a completion record
 CSR_ONLY = ("RING_OVERFLOW", "DOORBELL_RANGE", "RING_CONFIG", "CSR_RO", "CSR_ADDR", "NOT_READY",
             "CSR_BUSY")
 CPL_CODES = tuple(c.name for c in DeviceError if c.name not in CSR_ONLY)
+
+
+def may_take_victim(combo: str | None, sf: str, bisnp_opcode) -> bool:
+    """Whether a BISnp of ``bisnp_opcode`` to another line of the set can be the victim snoop of
+    an open Req (``combo``, SF state ``sf`` before it)."""
+    return (combo is not None and combo not in NO_ALLOC and sf == "I"
+            and bisnp_opcode == BISnpOpcode.BISNP_INV)
 
 
 def req_combo(opcode, snp_type, meta_field, meta_value):

@@ -59,6 +59,11 @@ def test_block_of_maps_instance_paths():
     assert blocks.block_of("trainingcxl_device")[0] is blocks.OTHER
 
 
+def test_demangle():
+    assert data.demangle("s2m_bisnp___05Fpayload__02ehdr") == "s2m_bisnp__payload.hdr"
+    assert data.demangle("tables__05b4__05d") == "tables[4]"
+
+
 def test_block_sources_exist():
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[2]
@@ -105,7 +110,10 @@ def test_functional_merge_counts_reachable_bins_only():
     assert cpl["hits"]["LOOKUP|OK"] == 4 and cpl["hit"] == 2
     assert "COMMIT|BAD_DIM" in cpl["unreachable"] and cpl["unreachable_but_hit"] == ["COMMIT|BAD_DIM"]
     assert cpl["total"] == len(fcov.bins()["cmd.cpl"]) - len(cpl["unreachable"])
-    assert m["dcoh.bisnp"]["hit"] == 1 and "BISNP_CUR" in m["dcoh.bisnp"]["missed"]
+    assert m["dcoh.bisnp"]["hit"] == 1 and "BISNP_DATA" in m["dcoh.bisnp"]["missed"]
+    assert "BISNP_CUR" in m["dcoh.bisnp"]["unreachable"]
+    assert not fcov.may_take_victim("MEM_INV/SNP_INV/I", "I", 2)
+    assert fcov.may_take_victim("MEM_RD/SNP_INV/A", "I", 2)
     assert fcov.req_combo(1, 3, 0, 2) == "MEM_RD/SNP_INV/A"
     assert fcov.req_combo(2, 1, 3, 1) == "MEM_RD_DATA/SNP_DATA/*"
     assert fcov.req_combo(1, 0, 0, 2) is None          # MemRd with SnpType No-Op: not legal

@@ -37,9 +37,10 @@ class Point:
     variant: str       # hash of the block's normalised Verilog (see the module docstring)
     module: str        # path inside the block ("" for the block's own module)
     kind: str          # "line" or "toggle"
-    comment: str       # Verilator's: "if", "else", "block", ... or "signal[bit]:0->1"
+    comment: str       # Verilator's ("if", "else", "block", ... or "signal[bit]:0->1"),
+                       # demangled, Yosys' $N numbers dropped
     rel_line: int      # line relative to the module's first line
-    column: int
+    nth: int           # order among the points of the same kind and comment on that line
 
 
 def _fields(key: str) -> dict:
@@ -91,6 +92,9 @@ class _VerilogFile:
             block, rel = block_of(name)
             body = "\n".join(vf.text[start - 1:end - 1]).replace(vf.top + ".", "TOP.")
             body = re.sub(r"\$\d+", "$", body)
+            # the port list's order differs between tops of the same logic: sort it
+            head, _, rest = body.partition(");")
+            body = " ".join(sorted(head.replace(",", " ").replace("(", " ").split())) + rest
             per_block[block.name].append((rel, body))
         for b, items in per_block.items():
             h = hashlib.sha256()
@@ -135,6 +139,7 @@ class Coverage:
     def add(self, dat: Path) -> None:
         self.files.append(dat)
         seen = set()
+        nth = defaultdict(int)
         for f, count in read_dat(dat):
             page = f.get("page", "")
             kind = page.split("/", 1)[0][2:] if page.startswith("v_") else ""
@@ -145,8 +150,18 @@ class Coverage:
             start, module = vf.module_at(line)
             block, rel = block_of(module)
             variant = vf.variants.get(block.name, "")
-            p = Point(block.name, variant, rel, kind, f.get("o", ""), line - start,
-                      int(f.get("n", 0)))
+            # the column is not part of a point's identity: it moves with the length of
+            # generated names (``dump_module$7`` vs ``$123``); the points of one line are told
+            # apart by their order in the file instead
+            # a toggle point is its signal, bit and direction (its line, for a port the header
+            # line, moves with the port order, which differs between tops)
+            # Yosys' numbered names (``port$2383$0``) differ between tops: the numbers go, and
+            # the points they no longer tell apart are told apart by their order
+            comment = re.sub(r"\$\d+", "$", demangle(f.get("o", "")))
+            slot = (block.name, variant, rel, kind, comment,
+                    line - start if kind == "line" else 0)
+            nth[slot] += 1
+            p = Point(*slot, nth[slot] - 1)
             self.counts[p] += count
             self.where.setdefault(p, (f["f"], line, f.get("S", "")))
             if (block.name, variant) not in seen:
@@ -167,9 +182,14 @@ def load(files) -> Coverage:
     return cov
 
 
+def demangle(name: str) -> str:
+    """Verilator's escaped identifier characters back to text (``a___05Fb__02ec`` -> ``a_b.c``)."""
+    return re.sub(r"__0([0-9a-fA-F]{2})", lambda m: chr(int(m.group(1), 16)), name)
+
+
 def signal_of(p: Point) -> str:
-    """The signal name of a toggle point (``x[3]:0->1`` -> ``x``)."""
-    return re.sub(r"(\[\d+\])*:.*$", "", p.comment)
+    """The signal name of a toggle point (``x[3]:0->1`` -> ``x``), demangled."""
+    return re.sub(r"(\[\d+\])*:[01]->[01]$", "", p.comment)
 
 
 def matches(rule: dict, p: Point) -> bool:
@@ -184,4 +204,4 @@ def matches(rule: dict, p: Point) -> bool:
     return fnmatch.fnmatchcase(what, rule.get("signal", rule.get("comment", "*")))
 
 
-__all__ += ["signal_of", "matches", "BLOCKS", "OTHER"]
+__all__ += ["signal_of", "demangle", "matches", "BLOCKS", "OTHER"]

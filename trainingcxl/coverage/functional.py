@@ -36,10 +36,10 @@ _CPL_WHY = {
                 "its DMA runs, so no media error reaches its completion (training.md 9)",
     "unknown": "an unknown kind is refused before any other check (UNKNOWN_KIND)",
 }
-# Legal Reqs after which the snoop filter does not hold the line (sw_model.coherence: sf_after
-# "I" or untracked): they never allocate an entry, so never need a victim.
-_NO_ALLOC = ("MEM_RD/SNP_CUR/noop", "MEM_INV/SNP_INV/I", "MEM_INV_NT/SNP_INV/I",
-             "MEM_CLN_EVCT/NO_OP/I", "MEM_SPEC_RD/*/*")
+_BISNP_WHY = ("the DCOH only sends BISnpInv (victims, device writes, device RdOwn) and BISnpData "
+              "(device RdCur): hw/dcoh/dcoh.py alloc_op")
+_BIRSP_WHY = ("legal only in answer to BISnpCur or a BISnp*Blk, which the DCOH never sends "
+              "(sw_model.coherence.birsp_allowed); only a protocol-error test sends it")
 
 
 def unreachable() -> dict:
@@ -49,9 +49,13 @@ def unreachable() -> dict:
         kind, code = b.split("|")
         if code not in _CPL_REACHABLE[kind]:
             out["cmd.cpl"][b] = _CPL_WHY[kind]
-    for combo in _NO_ALLOC:
+    for combo in fcov.NO_ALLOC:
         out["dcoh.req"][f"{combo}|I|victim"] = ("the request does not allocate a snoop-filter "
                                                 "entry, so it never evicts a victim")
+    for b in ("BISNP_CUR", "BISNP_CUR_BLK", "BISNP_DATA_BLK", "BISNP_INV_BLK"):
+        out["dcoh.bisnp"][b] = _BISNP_WHY
+    for b in ("BIRSP_E", "BIRSP_I_BLK", "BIRSP_S_BLK", "BIRSP_E_BLK"):
+        out["dcoh.birsp"][b] = _BIRSP_WHY
     return out
 
 

@@ -105,7 +105,7 @@ def _missed(cov: Coverage, rules, block: str, variant: str):
             lines.append(p)
         else:
             toggles[(p.module, signal_of(p))] += 1
-    lines.sort(key=lambda p: (p.module, p.rel_line, p.column))
+    lines.sort(key=lambda p: (p.module, p.rel_line, p.nth))
     return lines, sorted(toggles.items())
 
 

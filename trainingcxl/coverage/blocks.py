@@ -66,21 +66,26 @@ def module_sources(component, top: str) -> dict[str, str]:
     out = {}
 
     def where(frag):
+        # origins: the elaboratables that produced the fragment, outermost first (a component,
+        # a DomainRenamer around it, the Memory it returned): prefer one of the project's own
+        found = []
         for origin in getattr(frag, "origins", None) or ():
             try:
-                f = Path(inspect.getfile(type(origin))).resolve()
+                found.append(Path(inspect.getfile(type(origin))).resolve())
             except TypeError:
                 continue
-            try:
+        for f in found:
+            if "site-packages" not in f.parts and f.is_relative_to(root):
                 return f.relative_to(root).as_posix()
-            except ValueError:     # a library component: name it from its package on
-                parts = f.parts
-                return "/".join(parts[parts.index("amaranth"):]) if "amaranth" in parts \
-                    else f.name
-        return ""
+        for f in found:              # a library component: name it from its package on
+            if "amaranth" in f.parts:
+                return "/".join(f.parts[f.parts.index("amaranth"):])
+        return found[0].name if found else ""
 
     def walk(frag, path):
-        out[path] = where(frag)
+        # an unnamed subfragment (a memory) is emitted inside its parent's module: the parent
+        # keeps the name
+        out.setdefault(path, where(frag))
         for sub, name, *_ in frag.subfragments:
             walk(sub, f"{path}.{name}" if name else path)
 

@@ -193,7 +193,10 @@ class CoherenceScoreboard:
                 combo = fcov.req_combo(h["opcode"], h["snp_type"], h["meta_field"],
                                        h["meta_value"])
                 sf = {"E": "A"}.get(self.perm.state(h["addr"]), self.perm.state(h["addr"]))
-                self._fcov_open[h["addr"]] = [combo, sf, False]
+                if combo is not None and combo.startswith("MEM_SPEC_RD"):
+                    fcov.sample_req(combo, sf, False)     # a hint: no response, no transaction
+                else:
+                    self._fcov_open[h["addr"]] = [combo, sf, False]
             self.perm.req(h["addr"], h["opcode"], h["snp_type"], h["meta_field"],
                           h["meta_value"], cycle)
         elif channel == "m2s_rwd":

@@ -23,7 +23,8 @@ _CPL_REACHABLE = {
     "UPDATE": _ENGINE_ERRORS,
     "COMMIT": ("OK", "WRONG_BATCH", "MLP_LAG", "MEDIA"),
     "SNAPSHOT": ("OK", "BAD_EPOCH", "ADDR_RANGE", "SNAP_LENGTH"),
-    "unknown": ("UNKNOWN_KIND",),
+    # a descriptor whose read from the ring failed: its kind is never known (media area)
+    "unknown": ("UNKNOWN_KIND", "MEDIA"),
 }
 _CPL_WHY = {
     "LOOKUP": "a LOOKUP is checked for kind/table/batch and by the gather engine only "
@@ -34,7 +35,9 @@ _CPL_WHY = {
               "superblock write can fail (training.md 2, 6, 9)",
     "SNAPSHOT": "a SNAPSHOT is checked for epoch, source range and length and completes before "
                 "its DMA runs, so no media error reaches its completion (training.md 9)",
-    "unknown": "an unknown kind is refused before any other check (UNKNOWN_KIND)",
+    "unknown": "an unknown kind is refused before any other check (UNKNOWN_KIND); MEDIA when "
+               "the descriptor read itself failed. A hit on another status is a record the "
+               "device did not write (the slot of a failed completion write, read back stale)",
 }
 _BISNP_WHY = ("the DCOH only sends BISnpInv (victims, device writes, device RdOwn) and BISnpData "
               "(device RdCur): hw/dcoh/dcoh.py alloc_op")

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test coverage test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz clean
+.PHONY: venv test coverage test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ test: $(STAMP)
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
 # Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.
+# The C++ PMEM model against the Python one (docs/crash.md): its own full-device build, 4-5 min
+test-cpmem: $(STAMP)
+	$(TCXL) test tests/cosim/pmem_cpp $(if $(SEED),--seed $(SEED))
+
 test-icarus: $(STAMP)
 	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
 	$(TCXL) test tests/cosim/icarus --require-icarus
@@ -101,6 +105,10 @@ crash: $(STAMP)
 # raw CXL.mem headers and stray BIRsps (DCOH) against the golden model; one report per surface
 # in build/fuzz/<surface>/report.json. Counts: DESCS, CSRS, CXLS; BLOCKS=K splits each into K
 # launches (WORKERS=N spreads them on a local Dask cluster). Defaults take about 30 minutes.
+# Media-fault campaign (docs/faults.md): random SLVERR/DECERR in every phase of training batches
+faults: $(STAMP)
+	$(TCXL) faults --batches $(or $(BATCHES),100) --blocks $(or $(BLOCKS),8) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
+
 fuzz: $(STAMP)
 	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
 	$(TCXL) fuzz --surface csr --count $(or $(CSRS),500) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))

@@ -72,7 +72,7 @@ __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
     "waves_requested", "is_built", "device_build", "device_verilog", "COVERAGE_ARGS",
-    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results",
+    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results", "PMEM_MODELS",
 ]
 
 
@@ -287,8 +287,21 @@ def is_built(build: Build) -> bool:
     return (build.build_dir / _DONE_MARKER).is_file()
 
 
-def device_build(cfg, **kw) -> "Build":
-    """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`)."""
+PMEM_MODELS = ("python", "cpp")
+
+
+def device_build(cfg, *, pmem: str = "python", **kw) -> "Build":
+    """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`).
+
+    ``pmem="cpp"``: the variant with the C++ PMEM model on the media port (top
+    ``trainingcxl_device_cpmem``, :mod:`cosim.pmem_cpp`), a build of its own; the default
+    build is unchanged by it."""
+    if pmem not in PMEM_MODELS:
+        raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
+    if pmem == "cpp":
+        from cosim.pmem_cpp.wrapper import CPP_SOURCE, cpmem_top_name, pmem_top
+        return build(pmem_top(device_verilog(cfg)), top=cpmem_top_name("trainingcxl_device"),
+                     cpp_sources=(CPP_SOURCE,), **kw)
     return build(device_verilog(cfg), **kw)
 
 
@@ -312,12 +325,19 @@ def _tail(path: Path, n: int = 60) -> str:
 
 
 def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = False,
-          extra_args=(), sim: str = "verilator", coverage: bool = False) -> Build:
+          extra_args=(), sim: str = "verilator", cpp_sources=(),
+          coverage: bool = False) -> Build:
     """Verilate and compile ``verilog_text`` with cocotb's VPI harness, once per content.
 
     The build directory is ``<cache_dir()>/sim/<key>``, key = sha256 of the Verilog text, Verilator
     arguments, waves flag (argument or ``WAVES=1``) and tool versions. A file lock makes parallel
     workers build once; a completion marker makes later calls return at once.
+
+    ``cpp_sources``: C++ files compiled into the Verilator model (DPI-C functions, such as the
+    C++ PMEM model of :mod:`cosim.pmem_cpp`); their contents are part of the key (a build
+    without them keeps the key it always had), they are copied into the build directory, and
+    the simulator is linked with ``-rdynamic`` so ``ctypes.CDLL(None)`` finds their ``extern
+    "C"`` functions.
 
     ``sim="icarus"`` compiles with ``iverilog -g2005`` instead (``extra_args`` are then iverilog
     arguments), into ``<cache_dir()>/sim/icarus-<key>``, cached the same way.
@@ -337,9 +357,10 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
     waves = waves_requested(waves)
     coverage = coverage_requested(coverage)
     args = tuple(VERILATOR_ARGS) + tuple(extra_args) + (COVERAGE_ARGS if coverage else ())
+    cpp = [(Path(p).name, Path(p).read_text()) for p in cpp_sources]
     h = hashlib.sha256()
     for part in (f"scheme={_BUILD_SCHEME}", top, repr(args), f"waves={waves}", _tool_versions(),
-                 verilog_text):
+                 verilog_text, *(f"cpp={n}\0{t}" for n, t in cpp)):
         h.update(part.encode())
         h.update(b"\0")
     key = h.hexdigest()[:20]
@@ -358,13 +379,19 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         public = build_dir / "public_top.vlt"
         public.write_text(_PUBLIC_TOP_VLT.format(top=top))
         log = build_dir / "build.log"
+        cpp_args = []
+        for name, text in cpp:
+            (build_dir / name).write_text(text)
+            cpp_args.append(str(build_dir / name))
+        if cpp:
+            cpp_args += ["-LDFLAGS", "-rdynamic"]
 
         from cocotb_tools.runner import get_runner
         runner = get_runner("verilator")
         t0 = time.monotonic()
         try:
             runner.build(sources=[source], hdl_toplevel=top,
-                         build_args=[*args, "--no-public-flat-rw", str(public)],
+                         build_args=[*args, "--no-public-flat-rw", str(public), *cpp_args],
                          build_dir=build_dir, always=True, timescale=TIMESCALE, waves=waves,
                          log_file=log)
         except (RuntimeError, subprocess.CalledProcessError, SystemExit) as e:
@@ -557,7 +584,8 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     runner = get_runner(build.sim)
     sim_exit = 0
     try:
-        runner.test(plusargs=plusargs,test_module=test_module, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+        runner.test(test_module=test_module, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+                    plusargs=plusargs,
                     build_dir=build.build_dir, test_dir=test_dir, results_xml=str(results_xml),
                     seed=seed, test_filter=test_filter, extra_env=env, waves=waves,
                     timescale=TIMESCALE, log_file=log)

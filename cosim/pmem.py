@@ -9,6 +9,9 @@ move beats, apply pause generators and follow reset; this module is the protocol
 ``mem`` is the functional model (anything with ``read(addr, n) -> bytes`` and
 ``write(addr, data)``, default ``cocotbext.axi.sparse_memory.SparseMemory``).
 
+The same model compiled into the simulator (C++ called through DPI-C, Python at transaction
+level only): :mod:`cosim.pmem_cpp`, cycle-identical, without stalls and media faults.
+
 For speed there is exactly one coroutine per channel and nothing else: the sinks (AR, AW, W)
 call the protocol model directly on the clock edge of each handshake, and the sources (R, B)
 drive each queued item once its due time has come, sleeping on a single timer across latency
@@ -521,6 +524,23 @@ class PmemModel(Reset):
             if out[i:i + 64] == real[i:i + 64]:
                 out[i] ^= 0xFF
         return bytes(out)
+
+    async def settle(self):
+        """Return when every channel engine has taken the current clock edge's handshakes:
+        one time step later, before the next edge. Call it after a ``RisingEdge`` before
+        reading the state a power failure keeps (``power_fail``): code woken on the edge may
+        run before or after the engines (cocotb's scheduling order), so without it the state
+        read can hold some of the edge's handshakes and not others. The C++ model
+        (:meth:`cosim.pmem_cpp.CppPmemModel.settle`) has the same method, so both give the
+        same image for the same cut."""
+        await Timer(1, "step")
+
+    def drop_in_flight(self):
+        """Forget every queued response and in-flight burst, zero the counters
+        (:func:`cosim.powerfail.load_image`)."""
+        self.r.clear()
+        self.b.clear()
+        self._reset_state_vars()
 
     @staticmethod
     def _pauses(rng, p):

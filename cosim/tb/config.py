@@ -27,6 +27,10 @@ class BenchConfig:
     (:mod:`cosim.trace.stimulus`; the training job only). ``host_trace``: log every message of the host model and the device agent
     (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
     device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
+    ``pmem``: the PMEM model on the media port, ``"python"`` (:class:`cosim.pmem.PmemModel`)
+    or ``"cpp"`` (:class:`cosim.pmem_cpp.CppPmemModel`, compiled into the simulator: build
+    with ``cosim.build.device_build(cfg, pmem="cpp")``; no stalls, no media faults;
+    ``cosim.tb.device`` and the training job only).
     """
     device: DeviceConfig = DeviceConfig()
     latency: int | None = None
@@ -35,6 +39,7 @@ class BenchConfig:
     stimulus: str | None = None
     host_trace: bool = False
     strict_media: bool = False
+    pmem: str = "python"
 
 
 def bench_config() -> BenchConfig:

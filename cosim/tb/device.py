@@ -28,7 +28,7 @@ from cocotb.triggers import ClockCycles
 
 from cosim.csr import CsrMap
 from cosim.device_driver import DeviceDriver
-from cosim.pmem import PmemModel
+from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig, bench_config
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, FLAG_NOLOG,
                           DescKind, DeviceError, LOG_HDR_FIELDS, LOG_SLOT_BYTES,
@@ -68,9 +68,9 @@ class DeviceTB:
         ab = cfg.addr_bits
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
         stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
-        self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=latency,
-                              write_latency=latency, seed=self.seed, stall=stalls,
-                              mem=MemoryImage(1 << ab), log_writes=False)
+        self.pmem = pmem_model(self.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
+                               read_latency=latency, write_latency=latency, seed=self.seed,
+                               stall=stalls, mem=MemoryImage(1 << ab), log_writes=False)
         self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed)
         # BenchConfig.trace: record the boundary trace and the host action log (docs/traces.md)
         self.trace = None

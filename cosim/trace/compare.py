@@ -520,7 +520,8 @@ def compare(a_events, b_events, *, context=3, names=("A", "B"), section="") -> R
                 continue
             busy = True
             per = {"cxl": ("tag", e.get("tag")), "mwr": ("line", e.get("addr"), e.get("be")),
-                   "bisnp": ("line", e.get("addr")), "mrd": ("line", e.get("addr"))}.get(cls, (cls,))
+                   "bisnp": ("line", e.get("addr")),
+                   "mrd": ("line", e.get("addr"))}.get(cls, (cls,))
             e["_n"] = seq.get((cls, per), 0)
             seq[(cls, per)] = e["_n"] + 1
             key = _key(e)

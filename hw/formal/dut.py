@@ -87,6 +87,8 @@ class AckFirstFIFO(wiring.Component):
         Read side.
     level : Out(range(depth + 1))
         Entries held.
+    w_stream, r_stream
+        Stream views of the two sides, as the library FIFOs have.
     """
 
     def __init__(self, *, width, depth):
@@ -95,6 +97,10 @@ class AckFirstFIFO(wiring.Component):
                           "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
                           "level": Out(range(depth + 1))})
         self._e = [Signal(width, name=f"e{k}") for k in range(depth)]
+
+    # the stream views of the library FIFOs (the DCOH connects its FIFOs through them)
+    w_stream = fifo.FIFOInterface.w_stream
+    r_stream = fifo.FIFOInterface.r_stream
 
     def entries(self):
         return [(self.level > k, e) for k, e in enumerate(self._e)]

@@ -295,3 +295,21 @@ def test_yosys_stat_and_xilinx_summary():
     assert s["LUT"] == 1269 + 528 + 1310 + 2633 + 1897
     assert s["LUT_as_memory"] == 4 * (263 + 32)
     assert s["FF"] == 10062 + 191 + 2 and s["RAMB36_equiv"] == 1.5 and s["DSP48E1"] == 0
+
+
+def test_device_fit_and_mapper_script():
+    """The fit check stops the flow before place and route when a count exceeds the device
+    (the full device at fpga-ecp5 measured 110,813 LUT4 against 83,640, docs/fpga.md); the
+    abc mapper keeps the hierarchy and replaces synth_ecp5's abc9 step."""
+    from trainingcxl.synth import DEVICE, _yosys_script, device_fit
+    cap = DEVICE["capacity"]
+    fit = device_fit({"LUT4": cap["LUT4"], "DP16KD": 73, "MULT18X18D": 64})
+    assert fit["fits"] and fit["resources"]["LUT4"]["percent"] == 100.0
+    fit = device_fit({"LUT4": 110813, "DP16KD": 73, "MULT18X18D": 64, "TRELLIS_DPR16X4": 2806})
+    assert not fit["fits"] and fit["resources"]["LUT4"]["percent"] == 132.5
+    assert fit["dpr16x4"] == 2806
+    s = _yosys_script("a.il", "top", "synth_ecp5", "s.json", "top.json", "abc")
+    assert "-noflatten" in s and "abc -dress -lut 4:7" in s
+    assert "-run map_cells: -json top.json" in s
+    s9 = _yosys_script("a.il", "top", "synth_ecp5", "s.json", "top.json", "abc9")
+    assert s9 == "read_rtlil a.il; synth_ecp5 -top top -json top.json; tee -q -o s.json stat -json"

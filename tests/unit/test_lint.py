@@ -35,3 +35,27 @@ def test_lint_catches_a_warning(tmp_path):
     r = subprocess.run(["verilator", "--lint-only", *cb.WAIVERS, str(v)], capture_output=True,
                        text=True, env=env)
     assert r.returncode != 0 and "%Warning" in r.stderr
+
+
+def test_cpp_pmem_wrapper_lint_clean(tmp_path):
+    """The Verilog that puts the C++ PMEM model on the media port adds no warning: the module
+    itself under ``-Wall`` (for the default and the 128-bit media width), the device with it
+    as the new top under the three waivers."""
+    from cosim.pmem_cpp.wrapper import PMEM_MODULE, cpmem_top_name, pmem_top
+    env = cb.verilator_env()
+    for name, cfg in (("default", DeviceConfig()), ("narrow-128bit",
+                                                     LINT_CONFIGS["narrow-128bit"])):
+        text = pmem_top(cb.device_verilog(cfg, name=TOP_NAME), top=TOP_NAME)
+        i = text.index(f"module {PMEM_MODULE}")
+        mod = tmp_path / f"{PMEM_MODULE}.sv"
+        mod.write_text(text[i:text.index("endmodule", i)] + "endmodule\n")
+        r = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", PMEM_MODULE,
+                            str(mod)], capture_output=True, text=True, env=env)
+        assert r.returncode == 0 and "%Warning" not in r.stderr, (name, r.stderr[-4000:])
+        if name == "default":
+            v = tmp_path / "top.v"
+            v.write_text(text)
+            r = subprocess.run(["verilator", "--lint-only", *cb.WAIVERS, "--top-module",
+                                cpmem_top_name(TOP_NAME), str(v)], capture_output=True,
+                               text=True, env=env)
+            assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[-4000:]

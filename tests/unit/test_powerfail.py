@@ -164,14 +164,12 @@ def test_garbage_memory_reads_are_line_stable_and_seeded():
 
 def test_load_image_replaces_media_and_clears_queues():
     cleared = []
-    pmem = SimpleNamespace(mem=None, r=SimpleNamespace(clear=lambda: cleared.append("r")),
-                           b=SimpleNamespace(clear=lambda: cleared.append("b")),
-                           _reset_state_vars=lambda: cleared.append("vars"))
+    pmem = SimpleNamespace(mem=None, drop_in_flight=lambda: cleared.append("in flight"))
     mem = _base_mem()
     img, _ = crash_memory(mem, [], [], random.Random(1), staging=STAGING)
     load_image(pmem, img)
     assert pmem.mem == img and pmem.mem is not img
-    assert sorted(cleared) == ["b", "r", "vars"]
+    assert cleared == ["in flight"]
 
 
 def _fake_pmem(mem, byte_lanes=16):

@@ -73,6 +73,9 @@ def _args(argv):
                     help="record the device's ports every cycle into DIR, for the replay of "
                          "`python -m trainingcxl.bench.verilator_speed --load DIR` "
                          "(about 0.6 kB per cycle)")
+    ap.add_argument("--pmem", choices=("python", "cpp"), default="python",
+                    help="PMEM model: the Python one (default) or the C++ one compiled into "
+                         "the simulator (a build of its own; no stalls or media faults)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
@@ -167,12 +170,12 @@ def main(argv=None) -> int:
           flush=True)
     print("building the device simulator (cached after the first run)...", flush=True)
     t0 = time.time()
-    b = cb.device_build(cfg)
+    b = cb.device_build(cfg, pmem=a.pmem)
     print(f"  ready in {time.time() - t0:.0f} s", flush=True)
     res_path = (a.out / "rtl_run.json").resolve()
     spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
                                          stimulus=(str(a.stimulus.resolve()) if a.stimulus
-                                                   else None)),
+                                                   else None), pmem=a.pmem),
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
                        latency=a.latency, mlp_cycles=a.mlp_cycles, seed=a.seed,
                        out=str(res_path),

@@ -144,6 +144,7 @@ class RtlDevice(FixedPointEmbeddings):
         if delay > 1:
             await Timer((delay - 1) * period, "step")
         await RisingEdge(self.drv.clock)
+        await self.pmem.settle()          # every handshake of this edge taken, none of the next
         if self.dead:
             return
         cycle = self.pmem.cycle

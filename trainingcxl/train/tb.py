@@ -23,7 +23,7 @@ from cocotb.task import bridge
 
 from cosim import params
 from cosim.device_driver import DeviceDriver
-from cosim.pmem import PmemModel
+from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig
 from trainingcxl.train.rtl_device import RtlDevice
 from sw_model.dlrm import DLRM, DLRMConfig, init_tables, npz_data, synthetic_data, train
@@ -72,8 +72,9 @@ async def train_with_power_failures(dut):
         stim = StimulusRecorder(dut, spec.bench.stimulus, cfg=cfg)
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
     lat = spec.latency
-    pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=lat, write_latency=lat,
-                     seed=seed, mem=MemoryImage(1 << cfg.addr_bits), log_writes=False)
+    pmem = pmem_model(spec.bench.pmem, dut, clock=dut.clk, reset=dut.rst, read_latency=lat,
+                      write_latency=lat, seed=seed, mem=MemoryImage(1 << cfg.addr_bits),
+                      log_writes=False)
     drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True)
     if spec.bench.trace:                    # boundary trace + host action log (docs/traces.md)
         from cosim.trace.device import record_device_trace

@@ -1,0 +1,215 @@
+"""Verilog that puts the C++ PMEM model (``pmem_dpi.cpp``) on a design's AXI4 media port.
+
+:func:`pmem_top` takes the Verilog of a design whose top module has an AXI4 master port
+``<prefix>_ar...`` (Amaranth's ``m_axi`` port: ``m_axi__araddr``, ...) and returns the same text
+plus two modules:
+
+* ``trainingcxl_pmem_dpi``: on every rising clock edge calls the DPI-C function
+  ``tcxl_pmem_edge`` with the port's values as the edge samples them and registers the values
+  it returns (non-blocking, so the design sees them after the edge, as it sees cocotb's
+  writes); ``tcxl_pmem_reset`` runs when reset rises, and the model's outputs are held low
+  while reset is high (the Python model's channel engines drop valid and ready at that
+  instant).
+* the new top ``<top>_cpmem``: every port of the design except the media port, the design and
+  the PMEM module between them. The media port's signals are wires of the top, so cocotb (and
+  the boundary trace) still reads them as ``dut.m_axi__araddr``; nothing in Python drives them.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+__all__ = ["CPP_SOURCE", "PMEM_MODULE", "pmem_top", "cpmem_top_name"]
+
+CPP_SOURCE = Path(__file__).resolve().parent / "pmem_dpi.cpp"
+PMEM_MODULE = "trainingcxl_pmem_dpi"
+
+_DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
+                   re.M)
+_WIDTH = re.compile(r"\[\s*(\d+)\s*:\s*0\s*\]")
+
+# (name, direction seen from the master)
+_MEDIA = (("awid", "out"), ("awaddr", "out"), ("awlen", "out"), ("awsize", "out"),
+          ("awburst", "out"), ("awvalid", "out"), ("awready", "in"),
+          ("wdata", "out"), ("wstrb", "out"), ("wlast", "out"), ("wvalid", "out"),
+          ("wready", "in"),
+          ("bid", "in"), ("bresp", "in"), ("bvalid", "in"), ("bready", "out"),
+          ("arid", "out"), ("araddr", "out"), ("arlen", "out"), ("arsize", "out"),
+          ("arburst", "out"), ("arvalid", "out"), ("arready", "in"),
+          ("rid", "in"), ("rdata", "in"), ("rresp", "in"), ("rlast", "in"), ("rvalid", "in"),
+          ("rready", "out"))
+
+
+def cpmem_top_name(top: str) -> str:
+    return f"{top}_cpmem"
+
+
+def _ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
+    """(direction, name, width) of every port of module ``top``, in declaration order."""
+    m = re.search(rf"^module\s+{re.escape(top)}\s*\(", verilog_text, re.M)
+    if m is None:
+        raise ValueError(f"module {top} not found in the Verilog")
+    end = verilog_text.index("endmodule", m.end())
+    out = []
+    for d in _DECL.finditer(verilog_text, m.end(), end):
+        rng = d.group(2)
+        if rng is None:
+            width = 1
+        else:
+            w = _WIDTH.search(rng)
+            if w is None:
+                raise ValueError(f"port {d.group(3)} of {top}: unexpected range {rng!r}")
+            width = int(w.group(1)) + 1
+        out.append((d.group(1), d.group(3), width))
+    return out
+
+
+def _pmem_module(widths: dict) -> str:
+    dw, sw = widths["wdata"], widths["wstrb"]
+    w = {k: widths[k] for k in ("arid", "araddr", "arlen", "arsize", "arburst",
+                                "awid", "awaddr", "awlen", "awsize", "awburst",
+                                "rid", "rresp", "bid", "bresp")}
+    if widths["rdata"] != dw or dw % 32 or not 8 <= dw <= 512 or sw * 8 != dw:
+        raise ValueError(f"media data width {dw} (strobe {sw}, rdata {widths['rdata']}): the C++ "
+                         "model takes 32..512-bit buses in 32-bit steps")
+    if w["araddr"] > 64 or w["awaddr"] > 64 or max(w["arid"], w["awid"]) > 31:
+        raise ValueError(f"media address/id widths {w} too wide for the C++ model")
+
+    def rng(n):
+        return f"[{n - 1}:0] " if n > 1 else ""
+
+    return f"""
+// The C++ PMEM model (cosim/pmem_cpp/pmem_dpi.cpp) on an AXI4 slave port.
+module {PMEM_MODULE} (
+    input  wire clk,
+    input  wire rst,
+    input  wire {rng(w['arid'])}arid,
+    input  wire {rng(w['araddr'])}araddr,
+    input  wire {rng(w['arlen'])}arlen,
+    input  wire {rng(w['arsize'])}arsize,
+    input  wire {rng(w['arburst'])}arburst,
+    input  wire arvalid,
+    output wire arready,
+    input  wire {rng(w['awid'])}awid,
+    input  wire {rng(w['awaddr'])}awaddr,
+    input  wire {rng(w['awlen'])}awlen,
+    input  wire {rng(w['awsize'])}awsize,
+    input  wire {rng(w['awburst'])}awburst,
+    input  wire awvalid,
+    output wire awready,
+    input  wire [{dw - 1}:0] wdata,
+    input  wire [{sw - 1}:0] wstrb,
+    input  wire wlast,
+    input  wire wvalid,
+    output wire wready,
+    output wire {rng(w['rid'])}rid,
+    output wire [{dw - 1}:0] rdata,
+    output wire {rng(w['rresp'])}rresp,
+    output wire rlast,
+    output wire rvalid,
+    input  wire rready,
+    output wire {rng(w['bid'])}bid,
+    output wire {rng(w['bresp'])}bresp,
+    output wire bvalid,
+    input  wire bready
+);
+    import "DPI-C" function int tcxl_pmem_edge(
+        input bit rst,
+        input bit ar_valid, input int ar_id, input longint ar_addr, input int ar_len,
+        input int ar_size, input int ar_burst,
+        input bit aw_valid, input int aw_id, input longint aw_addr, input int aw_len,
+        input int aw_size, input int aw_burst,
+        input bit w_valid, input bit [{dw - 1}:0] w_data, input bit [{sw - 1}:0] w_strb,
+        input bit w_last, input bit r_ready, input bit b_ready,
+        output bit ar_ready, output bit aw_ready, output bit w_ready,
+        output bit r_valid, output int r_id, output bit [{dw - 1}:0] r_data, output bit r_last,
+        output int r_resp,
+        output bit b_valid, output int b_id, output int b_resp);
+    import "DPI-C" function void tcxl_pmem_reset();
+
+    // what the last edge returned (the DPI outputs), registered below (Verilator starts every
+    // variable at zero)
+    bit n_arready, n_awready, n_wready, n_rvalid, n_rlast, n_bvalid;
+    /* verilator lint_off UNUSEDSIGNAL */  // the DPI passes 32-bit ints; only the low bits count
+    int n_rid, n_rresp, n_bid, n_bresp;
+    /* verilator lint_on UNUSEDSIGNAL */
+    bit [{dw - 1}:0] n_rdata;
+    reg q_arready, q_awready, q_wready, q_rvalid, q_rlast, q_bvalid;
+    reg {rng(w['rid'])}q_rid;
+    reg {rng(w['rresp'])}q_rresp;
+    reg {rng(w['bid'])}q_bid;
+    reg {rng(w['bresp'])}q_bresp;
+    reg [{dw - 1}:0] q_rdata;
+
+    always @(posedge clk) begin
+        if (tcxl_pmem_edge(rst,
+                arvalid, 32'(arid), 64'(araddr), 32'(arlen), 32'(arsize), 32'(arburst),
+                awvalid, 32'(awid), 64'(awaddr), 32'(awlen), 32'(awsize), 32'(awburst),
+                wvalid, wdata, wstrb, wlast, rready, bready,
+                n_arready, n_awready, n_wready,
+                n_rvalid, n_rid, n_rdata, n_rlast, n_rresp,
+                n_bvalid, n_bid, n_bresp) != 0)
+            $fatal(1, "C++ PMEM model: AXI protocol error (cosim.pmem_cpp.protocol_error())");
+        q_arready <= n_arready;
+        q_awready <= n_awready;
+        q_wready <= n_wready;
+        q_rvalid <= n_rvalid;
+        q_rid <= n_rid[{w['rid'] - 1}:0];
+        q_rdata <= n_rdata;
+        q_rlast <= n_rlast;
+        q_rresp <= n_rresp[{w['rresp'] - 1}:0];
+        q_bvalid <= n_bvalid;
+        q_bid <= n_bid[{w['bid'] - 1}:0];
+        q_bresp <= n_bresp[{w['bresp'] - 1}:0];
+    end
+
+    always @(posedge rst) tcxl_pmem_reset();
+
+    assign arready = q_arready & ~rst;
+    assign awready = q_awready & ~rst;
+    assign wready = q_wready & ~rst;
+    assign rvalid = q_rvalid & ~rst;
+    assign bvalid = q_bvalid & ~rst;
+    assign rid = q_rid;
+    assign rdata = q_rdata;
+    assign rlast = q_rlast;
+    assign rresp = q_rresp;
+    assign bid = q_bid;
+    assign bresp = q_bresp;
+endmodule
+"""
+
+
+def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "m_axi_") -> str:
+    """``verilog_text`` plus the PMEM module and the top ``<top>_cpmem`` (module docstring).
+    ``prefix`` as for ``PmemModel`` (signals ``<prefix>_<name>``)."""
+    ports = _ports(verilog_text, top)
+    by_name = {n: (d, w) for d, n, w in ports}
+    media = {f"{prefix}_{n}": n for n, _ in _MEDIA}
+    missing = [s for s in media if s not in by_name]
+    if missing:
+        raise ValueError(f"{top} lacks media port signals {missing}")
+    for sig, n in media.items():
+        want = dict(_MEDIA)[n]
+        got = "out" if by_name[sig][0] == "output" else "in"
+        if got != want:
+            raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the PMEM needs it {want}put")
+    if "clk" not in by_name or "rst" not in by_name:
+        raise ValueError(f"{top} has no clk/rst ports")
+    widths = {n: by_name[s][1] for s, n in media.items()}
+    new_top = cpmem_top_name(top)
+    outer = [(d, n, w) for d, n, w in ports if n not in media]
+
+    def rng(n):
+        return f"[{n - 1}:0] " if n > 1 else ""
+
+    lines = [f"\n// {top} with the C++ PMEM model on its media port (cosim/pmem_cpp/wrapper.py).",
+             f"module {new_top} ({', '.join(n for _, n, _ in outer)});"]
+    lines += [f"  {d} wire {rng(w)}{n};" for d, n, w in outer]
+    lines += [f"  wire {rng(by_name[s][1])}{s};" for s in media]
+    conns = [f"    .{n}({n})" for _, n, _ in ports]
+    lines.append(f"  {top} device (\n" + ",\n".join(conns) + "\n  );")
+    pconns = ["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({s})" for s, n in media.items()]
+    lines.append(f"  {PMEM_MODULE} pmem (\n" + ",\n".join(pconns) + "\n  );")
+    lines.append("endmodule\n")
+    return verilog_text + _pmem_module(widths) + "\n".join(lines)

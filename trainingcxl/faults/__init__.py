@@ -1,0 +1,1 @@
+"""Media-fault campaign (``trainingcxl faults``, docs/faults.md)."""

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
+.PHONY: venv test coverage test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
 
 venv: $(STAMP)
 
@@ -33,6 +33,12 @@ test-cpmem: $(STAMP)
 test-icarus: $(STAMP)
 	@command -v iverilog >/dev/null 2>&1 || { apt-get update && apt-get install -y iverilog; }
 	$(TCXL) test tests/cosim/icarus --require-icarus
+
+# Code and functional coverage (docs/verification.md): the cosim areas AREAS (default device,
+# dcoh, train) on Verilator coverage builds; per-block line/toggle figures in
+# build/coverage/summary.json, HTML in build/coverage/html/, bins in build/coverage/functional.json
+coverage: $(STAMP)
+	$(TCXL) coverage $(if $(AREAS),--areas $(AREAS)) $(if $(SEED),--seed $(SEED))
 
 # The main job (docs/demo.md): DLRM training with the RTL in the loop, seeded power failures,
 # recovery and resume; summary on stdout, Markdown report and plots in build/report/

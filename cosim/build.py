@@ -31,6 +31,13 @@ else ``$XDG_CACHE_HOME/trainingcxl``, else ``~/.cache/trainingcxl``). Run direct
 simulator write ``dump.vcd`` (VCD, never FST: FST needs liblz4-dev) into the run's ``test_dir``.
 The waves flag is part of the build key.
 
+*Coverage.* ``TRAININGCXL_COVERAGE=<dir>`` in the environment (or ``coverage=True``) builds with
+Verilator's line and toggle coverage (:data:`COVERAGE_ARGS`; a separate build key, so normal
+builds are untouched) and makes every run of such a build write its counters: cocotb's Verilator
+main calls ``VerilatedCov::write`` at exit, and the run names the file with
+``+verilator+coverage+file+`` — ``<dir>/<module>-<unique>.dat`` when the variable names a
+directory, else ``coverage.dat`` in the run's ``test_dir``. ``trainingcxl coverage`` merges them.
+
 *Traps this module guards against* (docs/conventions.md): the system Verilator (Debian 5.006) is
 never used; tests are selected with ``test_filter`` (a regex), never ``testcase``; and a run
 raises unless its results file shows at least one test and no failure, since
@@ -64,7 +71,8 @@ from xml.etree import ElementTree
 __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
-    "waves_requested", "is_built", "device_build", "device_verilog", "PMEM_MODELS",
+    "waves_requested", "is_built", "device_build", "device_verilog", "COVERAGE_ARGS",
+    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results", "PMEM_MODELS",
 ]
 
 
@@ -85,6 +93,11 @@ WAIVERS = ("-Wno-CASEINCOMPLETE", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC")
 # --assert: the RTL's Assert()s (immediate assertions) stop the simulation when they fail
 VERILATOR_ARGS = WAIVERS + ("--assert",)
 TIMESCALE = ("1ns", "1ps")
+# Coverage builds (docs/verification.md): line (statement blocks) and toggle (every bit of every
+# signal up to --coverage-max-width, 256 by default) points. Expression coverage is left out:
+# it multiplies the generated C++ of the full device and its compile time.
+COVERAGE_ARGS = ("--coverage-line", "--coverage-toggle")
+COVERAGE_ENV = "TRAININGCXL_COVERAGE"
 SIMULATORS = ("verilator", "icarus")
 # cocotb's Icarus runner puts -g2012 before these; iverilog takes the last -g<generation>.
 ICARUS_ARGS = ("-g2005",)
@@ -120,6 +133,10 @@ _DONE_MARKER = "BUILD_OK"
 
 # (module, tests passed under cocotb) of every successful run in this process, for the pytest summary
 RUNS: list = []
+# When set, every run (in any process: pytest workers, `trainingcxl train` launched by a test)
+# appends one JSON line {module, results_xml, sim, n_ran, n_failed} to this file; `make test`'s
+# guard re-reads the results files it names (trainingcxl.check_junit.check_runs).
+RUN_LEDGER_ENV = "TRAININGCXL_RUN_LEDGER"
 
 
 class CosimError(RuntimeError):
@@ -133,6 +150,7 @@ class Build:
     key: str
     waves: bool
     sim: str = "verilator"
+    coverage: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +160,7 @@ class Results:
     results_xml: Path
     test_dir: Path
     n_skipped: int = 0
+    coverage_dat: Path | None = None   # the run's coverage counters (coverage builds only)
 
     @property
     def n_ran(self) -> int:
@@ -156,6 +175,24 @@ def _env_flag(name: str) -> bool:
 def waves_requested(waves: bool = False) -> bool:
     """True when waves were asked for by argument or by ``WAVES=1`` in the environment."""
     return bool(waves) or _env_flag("WAVES")
+
+
+def coverage_requested(coverage: bool = False) -> bool:
+    """True when a coverage build was asked for by argument or by ``TRAININGCXL_COVERAGE``."""
+    return bool(coverage) or bool(os.environ.get(COVERAGE_ENV, "").strip())
+
+
+def _coverage_file(test_dir: Path, test_module: str) -> Path:
+    """Where a run of a coverage build writes its counters (see the module docstring)."""
+    where = os.environ.get(COVERAGE_ENV, "").strip()
+    if where and where not in ("1", "true", "yes", "on"):
+        out = Path(where).expanduser().resolve()
+        out.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=out, prefix=test_module.rsplit(".", 1)[-1] + "-",
+                                    suffix=".dat")
+        os.close(fd)
+        return Path(name)
+    return test_dir / "coverage.dat"
 
 
 def _verilator_root() -> Path:
@@ -288,7 +325,8 @@ def _tail(path: Path, n: int = 60) -> str:
 
 
 def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = False,
-          extra_args=(), sim: str = "verilator", cpp_sources=()) -> Build:
+          extra_args=(), sim: str = "verilator", cpp_sources=(),
+          coverage: bool = False) -> Build:
     """Verilate and compile ``verilog_text`` with cocotb's VPI harness, once per content.
 
     The build directory is ``<cache_dir()>/sim/<key>``, key = sha256 of the Verilog text, Verilator
@@ -303,16 +341,22 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
 
     ``sim="icarus"`` compiles with ``iverilog -g2005`` instead (``extra_args`` are then iverilog
     arguments), into ``<cache_dir()>/sim/icarus-<key>``, cached the same way.
+
+    ``coverage`` (or ``TRAININGCXL_COVERAGE`` set) adds :data:`COVERAGE_ARGS` (Verilator only),
+    which changes the key.
     """
     if sim not in SIMULATORS:
         raise ValueError(f"sim must be one of {SIMULATORS}, got {sim!r}")
     if sim == "icarus":
+        if coverage:
+            raise CosimError("coverage builds are Verilator only")
         return _build_icarus(verilog_text, top=top, waves=waves, extra_args=extra_args)
     from filelock import FileLock
 
     verilator_env()
     waves = waves_requested(waves)
-    args = tuple(VERILATOR_ARGS) + tuple(extra_args)
+    coverage = coverage_requested(coverage)
+    args = tuple(VERILATOR_ARGS) + tuple(extra_args) + (COVERAGE_ARGS if coverage else ())
     cpp = [(Path(p).name, Path(p).read_text()) for p in cpp_sources]
     h = hashlib.sha256()
     for part in (f"scheme={_BUILD_SCHEME}", top, repr(args), f"waves={waves}", _tool_versions(),
@@ -321,7 +365,7 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         h.update(b"\0")
     key = h.hexdigest()[:20]
     build_dir = cache_dir() / "sim" / key
-    result = Build(build_dir=build_dir, top=top, key=key, waves=waves)
+    result = Build(build_dir=build_dir, top=top, key=key, waves=waves, coverage=coverage)
     build_dir.parent.mkdir(parents=True, exist_ok=True)
 
     with FileLock(str(build_dir) + ".lock"):
@@ -531,10 +575,17 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
         from cosim.params import PARAMS_ENV, write
         env[PARAMS_ENV] = str(write(params, test_dir / "params.json"))
 
+    plusargs = []
+    coverage_dat = None
+    if build.coverage:
+        coverage_dat = _coverage_file(test_dir, test_module)
+        plusargs.append(f"+verilator+coverage+file+{coverage_dat}")
+
     runner = get_runner(build.sim)
     sim_exit = 0
     try:
         runner.test(test_module=test_module, hdl_toplevel=build.top, hdl_toplevel_lang="verilog",
+                    plusargs=plusargs,
                     build_dir=build.build_dir, test_dir=test_dir, results_xml=str(results_xml),
                     seed=seed, test_filter=test_filter, extra_env=env, waves=waves,
                     timescale=TIMESCALE, log_file=log)
@@ -551,8 +602,8 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     except RuntimeError:
         raise CosimError(f"simulator died without results (exit {sim_exit}): {where}{tail}") \
             from None
-    n_skipped = sum(int(ts.get("skipped", 0))
-                    for ts in ElementTree.parse(results_xml).getroot().iter("testsuite"))
+    n_skipped = count_results(results_xml)[2]
+    _ledger(test_module, results_xml, build.sim, n_tests - n_skipped, n_failed)
     if n_tests - n_skipped <= 0:
         raise CosimError(f"no test ran under cocotb ({n_tests} collected, {n_skipped} skipped; import "
                          f"error, skip or filter matching nothing): {where}{tail}")
@@ -567,8 +618,30 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     if waves:
         dump = "dump.vcd" if build.sim == "verilator" else "dump.fst"
         print(f"cocotb: waves in {test_dir / dump}")
+    if coverage_dat is not None and not (coverage_dat.is_file() and coverage_dat.stat().st_size):
+        raise CosimError(f"coverage build ran but wrote no counters to {coverage_dat}: {where}")
     return Results(n_tests=n_tests, n_failed=n_failed, results_xml=results_xml, test_dir=test_dir,
-                   n_skipped=n_skipped)
+                   n_skipped=n_skipped, coverage_dat=coverage_dat)
+
+
+def count_results(results_xml: Path) -> tuple[int, int, int]:
+    """(tests, failed, skipped) of a cocotb results file; raises RuntimeError when unreadable."""
+    from cocotb_tools.check_results import get_results
+    n_tests, n_failed = get_results(results_xml)
+    n_skipped = sum(int(ts.get("skipped", 0))
+                    for ts in ElementTree.parse(results_xml).getroot().iter("testsuite"))
+    return n_tests, n_failed, n_skipped
+
+
+def _ledger(test_module: str, results_xml: Path, sim: str, n_ran: int, n_failed: int) -> None:
+    path = os.environ.get(RUN_LEDGER_ENV, "").strip()
+    if not path:
+        return
+    import json
+    line = json.dumps({"module": test_module, "results_xml": str(results_xml), "sim": sim,
+                       "n_ran": n_ran, "n_failed": n_failed}) + "\n"
+    with open(path, "a") as f:      # one short append per run: whole lines from every process
+        f.write(line)
 
 
 def check_junit(path: Path, require: str) -> int:

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
+from cosim import fcov
 from hw.cxl_encodings import DcohError, NDROpcode as ND
 from sw_model.coherence import HostPermission, CoherenceViolation
 
@@ -94,6 +95,10 @@ class CoherenceScoreboard:
         self.stats = Counter()
         self._pending_checks = []
         self._err_mask = (1 << (cfg.addr_bits - 6)) - 1    # width of err_addr
+        # functional coverage (cosim/fcov.py), off unless TRAININGCXL_FCOV is set:
+        # line -> [legal-Req bin label, SF state before it, victim seen] of open Reqs
+        self._fcov = fcov.enabled()
+        self._fcov_open: dict[int, list] = {}
 
     # ------------------------------------------------------------------ reporting
     def _fail(self, rule, line, msg, times=None, who="dcoh"):
@@ -169,6 +174,10 @@ class CoherenceScoreboard:
             self.expected_errors[(int(err), txn.line & self._err_mask)] += 1
 
     def on_txn_done(self, txn, cycle):
+        if self._fcov and txn.channel == "m2s_req":
+            ent = self._fcov_open.pop(txn.line, None)
+            if ent is not None:
+                fcov.sample_req(*ent)
         e = txn.expect
         if e is None:
             return
@@ -180,11 +189,23 @@ class CoherenceScoreboard:
     def on_m2s(self, channel, payload, cycle, obj):
         h = payload["hdr"]
         if channel == "m2s_req":
+            if self._fcov:
+                combo = fcov.req_combo(h["opcode"], h["snp_type"], h["meta_field"],
+                                       h["meta_value"])
+                sf = {"E": "A"}.get(self.perm.state(h["addr"]), self.perm.state(h["addr"]))
+                if combo is not None and combo.startswith("MEM_SPEC_RD"):
+                    fcov.sample_req(combo, sf, False)     # a hint: no response, no transaction
+                else:
+                    self._fcov_open[h["addr"]] = [combo, sf, False]
             self.perm.req(h["addr"], h["opcode"], h["snp_type"], h["meta_field"],
                           h["meta_value"], cycle)
         elif channel == "m2s_rwd":
             self.perm.rwd(h["addr"], h["opcode"], h["meta_field"], h["meta_value"], cycle)
+            if self._fcov:
+                fcov.sample_rwd(h["opcode"], h["meta_field"], h["meta_value"], h["poison"])
         else:
+            if self._fcov:
+                fcov.sample_birsp(h["opcode"])
             err = self.perm.birsp(h["bi_tag"], h["opcode"], cycle)
             if err != DcohError.NONE:
                 # the DCOH reports it with the line of the BISnp, unknown for a stray tag
@@ -196,6 +217,13 @@ class CoherenceScoreboard:
         if channel == "s2m_bisnp":
             self.perm.bisnp(h["addr"], h["opcode"], h["bi_tag"], cycle)
             self.stats["bisnp"] += 1
+            if self._fcov:
+                fcov.sample_bisnp(h["opcode"])
+                mask = self.cfg.sf_sets - 1
+                for line, ent in self._fcov_open.items():
+                    if line != h["addr"] and (line & mask) == (h["addr"] & mask) and \
+                            fcov.may_take_victim(ent[0], ent[1], h["opcode"]):
+                        ent[2] = True
         elif txn is not None and txn.channel == "m2s_req" and txn.kind != "conflict":
             if channel == "s2m_ndr" and h["opcode"] == ND.BI_CONFLICT_ACK:
                 return
@@ -277,6 +305,8 @@ class CoherenceScoreboard:
 
     def finish(self):
         """End of test: every expected error seen. Returns all violations."""
+        if self._fcov:
+            fcov.write()
         missing = {k: n for k, n in self.expected_errors.items() if n > 0}
         for (code, line), n in missing.items():
             name = DcohError(code).name if code in DcohError._value2member_map_ else code

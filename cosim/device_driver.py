@@ -26,6 +26,7 @@ import random
 
 from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
+from cosim import fcov
 from hw.encodings import CPL_BYTES, CPL_FIELDS, DESC_BYTES, DeviceError, unpack_fields
 
 __all__ = ["DeviceDriver", "DriverError"]
@@ -300,7 +301,12 @@ class DeviceDriver:
         t0 = self.pmem.cycle
         recs = await self.read_lines([self.cpl_base + CPL_BYTES * s for s in slots])
         self._phase("read_cpls", t0)
-        return [unpack_fields(CPL_FIELDS, r) for r in recs]
+        cpls = [unpack_fields(CPL_FIELDS, r) for r in recs]
+        if fcov.enabled():
+            for c in cpls:
+                fcov.sample_cpl(int(c["kind"]), int(c["status"]))
+            fcov.write()
+        return cpls
 
     async def wait_head(self, target: int, timeout: int = 500_000):
         """Wait until CPL_HEAD == ``target``. With an ``irq`` port and ``use_irq``: sleep on the

@@ -1,16 +1,21 @@
-"""Shared pytest options: ``--seed`` (the default seed of randomized tests), ``--waves`` (sets
+"""Shared pytest options: ``--seed`` (the seed of randomized tests; default derived from the
+checked-out commit, ``trainingcxl.regression.commit_seed``, so stimulus changes across commits
+and the header prints how to reproduce it), ``--waves`` (sets
 ``WAVES=1``) and ``--require-icarus`` (the Icarus cross-check fails instead of skipping when
 ``iverilog`` is missing; ``make test-icarus``)."""
 import os
 
 import pytest
 
-DEFAULT_SEED = 1
+from trainingcxl.regression import commit_seed
+
+DEFAULT_SEED, SEED_ORIGIN = commit_seed(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pytest_addoption(parser):
     parser.addoption("--seed", type=int, default=None,
-                     help=f"seed for randomized tests (default {DEFAULT_SEED})")
+                     help=f"seed for randomized tests (default {DEFAULT_SEED}, from "
+                          f"{SEED_ORIGIN})")
     parser.addoption("--waves", action="store_true",
                      help="build simulators with tracing and write dump.vcd (same as WAVES=1)")
     parser.addoption("--require-icarus", action="store_true",
@@ -29,7 +34,8 @@ def pytest_configure(config):
 
 def pytest_report_header(config):
     waves = " waves=on" if os.environ.get("WAVES") == "1" else ""
-    return f"trainingcxl: seed={_seed(config)} (--seed N to change){waves}"
+    origin = "given" if config.getoption("--seed") is not None else f"from {SEED_ORIGIN}"
+    return f"trainingcxl: seed={_seed(config)} ({origin}; --seed N to reproduce){waves}"
 
 
 @pytest.fixture

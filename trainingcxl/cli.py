@@ -25,6 +25,8 @@ COMMANDS = {
     "crash": ("trainingcxl.crash.campaign", "power-failure campaign on the RTL (make crash)",
               "verification"),
     "test": ("trainingcxl.regression", "run the regression (make test)", "verification"),
+    "coverage": ("trainingcxl.coverage.cli", "code (line, toggle) and functional coverage of the "
+                 "RTL under chosen cosim areas (make coverage)", "verification"),
     "bench": ("trainingcxl.bench.run", "benchmarks: cycle counts, JSON reports (make bench)",
               "architects"),
     "verilog": ("hw.gen", "generate Verilog of the device for FPGA prototyping (make verilog)",

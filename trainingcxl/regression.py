@@ -1,18 +1,25 @@
 """``trainingcxl test``: the regression, as ``make test`` runs it.
 
     trainingcxl test [--jobs N] [--seed S] the whole suite, N pytest workers (default 2), seed S
-                                           for the randomized tests (default 1)
+                                           for the randomized tests (default: derived from the
+                                           checked-out commit, printed; see commit_seed)
     trainingcxl test [pytest arguments]    a selection
 
 The whole suite runs ``pytest tests -n N --dist loadfile`` (less ``tests/cosim/pmem_cpp``, the
 C++ PMEM model's parity with the Python one: it needs a second full-device build of 4-5 min,
 so it is its own target, ``make test-cpmem``) with a JUnit report in
-build/test-results.xml (under the working directory), then requires that report to hold at
-least one passed cosim test (:mod:`trainingcxl.check_junit`), so a broken import, a skip or an
-empty selection cannot pass. Exit status: pytest's, or 1 when the report check fails.
+build/test-results.xml (under the working directory) and a ledger of every cocotb simulator run
+in build/cocotb-runs.jsonl, then requires (:mod:`trainingcxl.check_junit`) the report to hold at
+least one passed cosim test *and* the results files of the simulator runs to show at least one
+cocotb test executed and passed, so a broken import, a skip, an empty selection or a cosim tier
+of pure-Python tests cannot pass. Exit status: pytest's, or 1 when a check fails.
+
+The default seed changes with every commit, so randomized stimulus is not one fixed sequence
+forever; the seed is printed first, and ``--seed S`` (``make test SEED=S``) reproduces a run.
 """
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +27,23 @@ from pathlib import Path
 from trainingcxl import check_junit
 
 JUNIT = Path("build/test-results.xml")
+LEDGER = Path("build/cocotb-runs.jsonl")
+FALLBACK_SEED = 1
+
+
+def commit_seed(where: Path | None = None) -> tuple[int, str]:
+    """(seed, where it came from): the first 8 hex digits of ``git rev-parse HEAD`` in ``where``
+    (default: this checkout) mod 10^6, else :data:`FALLBACK_SEED` outside a git checkout."""
+    where = Path(where) if where is not None else Path(__file__).resolve().parent
+    try:
+        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True,
+                           text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return FALLBACK_SEED, "no git"
+    sha = r.stdout.strip()
+    if r.returncode != 0 or len(sha) < 8:
+        return FALLBACK_SEED, "not a git checkout"
+    return int(sha[:8], 16) % 1_000_000 or 1, f"commit {sha[:10]}"
 
 
 def main(argv=None) -> int:
@@ -27,18 +51,25 @@ def main(argv=None) -> int:
     if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip())
         return 0
-    jobs, seed = "2", []
+    jobs, seed = "2", None
     while argv[:1] in (["--jobs"], ["--seed"]) and len(argv) >= 2 and argv[1].isdigit():
         if argv[0] == "--jobs":
             jobs = argv[1]
         else:
-            seed = ["--seed", argv[1]]
+            seed = int(argv[1])
         argv = argv[2:]
+    if seed is None and "--seed" not in argv:
+        seed, origin = commit_seed()
+        print(f"trainingcxl test: seed {seed} (from {origin}; reproduce with --seed {seed})",
+              flush=True)
     JUNIT.parent.mkdir(parents=True, exist_ok=True)
+    LEDGER.unlink(missing_ok=True)
+    env = {**os.environ, "TRAININGCXL_RUN_LEDGER": str(LEDGER.resolve())}
     rc = subprocess.call([sys.executable, "-m", "pytest",
                           *(argv or ["tests", "-n", jobs, "--dist", "loadfile",
-                                     "--ignore", "tests/cosim/pmem_cpp"]), *seed,
-                          f"--junitxml={JUNIT}"])
+                                     "--ignore", "tests/cosim/pmem_cpp"]),
+                          *(["--seed", str(seed)] if seed is not None else []),
+                          f"--junitxml={JUNIT}"], env=env)
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc
-    return check_junit.main([str(JUNIT), "--require", "tests.cosim"])
+    return check_junit.main([str(JUNIT), "--require", "tests.cosim", "--runs", str(LEDGER)])

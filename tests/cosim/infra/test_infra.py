@@ -517,6 +517,26 @@ def test_unimportable_module_raises(seed, tmp_path):
         cb.run(passthrough_build(512), "cosim.no_such_bench", seed=seed, test_dir=tmp_path)
 
 
+def test_coverage_build_writes_counters(seed, tmp_path):
+    """The coverage variant (cosim.build COVERAGE_ARGS) is its own build key, and a run of it
+    writes Verilator counters that trainingcxl.coverage reads: the 64-bit passthrough (the
+    smallest build of the tier) under one bench, some line and toggle points hit."""
+    from trainingcxl.coverage import data
+    plain = passthrough_build(64)
+    b = cb.build(cb.generate_verilog(AxiPassthrough(data_width=64)), coverage=True)
+    assert b.coverage and not plain.coverage and b.key != plain.key
+    res = cb.run(b, __name__, test_filter="test_latency_exact", seed=seed,
+                 test_dir=tmp_path)
+    assert res.coverage_dat == tmp_path / "coverage.dat" and res.n_ran >= 1
+    cov = data.load([res.coverage_dat])
+    hit = {k: sum(1 for p, n in cov.counts.items() if p.kind == k and n) for k in data.KINDS}
+    total = {k: sum(1 for p in cov.counts if p.kind == k) for k in data.KINDS}
+    assert all(0 < hit[k] <= total[k] for k in data.KINDS), (hit, total)
+    assert not plain.coverage and cb.run(plain, __name__, test_filter="test_latency_exact",
+                                         seed=seed, test_dir=tmp_path / "plain").coverage_dat \
+        is None
+
+
 def test_check_junit_counts_only_passed(tmp_path):
     """`make test`'s guard counts passed cosim cases, not skipped or failed ones."""
     report = tmp_path / "r.xml"
@@ -529,6 +549,43 @@ def test_check_junit_counts_only_passed(tmp_path):
         '</testsuite></testsuites>')
     assert cb.check_junit(report, "tests.cosim") == 1
     assert cb.check_junit(report, "tests.unit") == 0
+
+
+def test_run_ledger_guard_counts_cocotb_tests_from_results_files(tmp_path):
+    """`make test`'s second guard counts cocotb tests executed in the results files of the
+    simulator runs (the ledger cosim.build.run writes), not pytest nodes: a ledger of a run
+    whose results show only skipped tests, a failed run, a missing results file or no ledger
+    at all counts nothing and fails; one passed cocotb test passes."""
+    import json
+    from trainingcxl import check_junit
+
+    def results(name, cases):
+        f = tmp_path / f"{name}.xml"
+        # the attributes cocotb writes and cocotb_tools.check_results reads
+        f.write_text('<testsuites><testsuite name="s" tests="%d" skipped="%d" failures="%d">%s'
+                     '</testsuite></testsuites>' % (len(cases), cases.count("skip"),
+                                                    cases.count("fail"), "".join(
+                         f'<testcase name="t{i}" classname="m">'
+                         + {"ok": "", "skip": "<skipped/>", "fail": "<failure/>"}[c]
+                         + "</testcase>" for i, c in enumerate(cases))))
+        return f
+
+    def ledger(*files):
+        f = tmp_path / "runs.jsonl"
+        f.write_text("".join(json.dumps({"module": "m", "results_xml": str(x), "sim": "verilator",
+                                         "n_ran": 0, "n_failed": 0}) + "\n" for x in files))
+        return f
+
+    junit = tmp_path / "junit.xml"
+    junit.write_text('<testsuites><testsuite><testcase classname="tests.cosim.test_a" name="x"/>'
+                     '</testsuite></testsuites>')
+    argv = [str(junit), "--require", "tests.cosim", "--runs"]
+    assert check_junit.main(argv + [str(tmp_path / "none.jsonl")]) == 1
+    assert check_junit.main(argv + [str(ledger(results("skips", ["skip", "skip"])))]) == 1
+    assert check_junit.main(argv + [str(ledger(results("fails", ["ok", "fail"])))]) == 1
+    assert check_junit.main(argv + [str(ledger(tmp_path / "missing.xml"))]) == 1
+    assert check_junit.check_runs(ledger(results("ok", ["ok", "skip", "ok"])))[:2] == (1, 2)
+    assert check_junit.main(argv + [str(ledger(results("ok", ["ok"])))]) == 0
 
 
 # --- payload packing (pure Python, no simulator) -------------------------------------------------

@@ -1,0 +1,188 @@
+"""Functional coverage model of the cosim tier (cocotb-coverage), sampled by the monitors.
+
+Off unless ``TRAININGCXL_FCOV=<dir>`` is set (``trainingcxl coverage`` sets it): then the
+coherence scoreboard and the device driver call the ``sample_*`` functions below at transaction
+level (one call per M2S message, BISnp, finished Req or completion record, never per cycle),
+and :func:`write` exports the bins of this simulator process to ``<dir>/<pid>.json``
+(``trainingcxl.coverage.functional`` merges the files). When off, every function returns at
+once and cocotb-coverage is not imported.
+
+Coverage items (bins are listed in full by :func:`bins`):
+
+- ``dcoh.req``: legal M2S Req (opcode/SnpType/MetaField-MetaValue as in
+  ``sw_model.coherence``'s table) × snoop-filter state before it (I/S/A, as granted to the host
+  at the boundary) × outcome (``hit``: the line was tracked; ``miss``: not tracked, no victim;
+  ``victim``: not tracked and a BISnp to another line of the same set went out while it was
+  open). Bins the design makes impossible are not bins: hit needs S/A, miss/victim need I.
+  The victim is attributed at the boundary, not seen inside the DCOH: a BISnpInv (the kind
+  victims use) to another line of the same snoop-filter set while an allocating Req that
+  missed is open. A device write or RdOwn snooping such a line in that window counts too, so
+  ``victim`` is an upper bound; Reqs that never allocate (:data:`NO_ALLOC`) are never marked.
+- ``dcoh.rwd``: RwD opcode × MetaField-MetaValue × poison (BIConflict one bin).
+- ``dcoh.bisnp``: BISnp opcode; ``dcoh.birsp``: BIRsp opcode.
+- ``cmd.cpl``: descriptor kind × completion status (``hw.encodings.DeviceError``) of every
+  completion record the driver reads; the CSR-only codes are not bins.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from pathlib import Path
+
+from hw.cxl_encodings import (BIRspOpcode, BISnpOpcode, MetaField, MetaValue, ReqOpcode,
+                              RwDOpcode, SnpType)
+from hw.encodings import DescKind, DeviceError
+
+__all__ = ["FCOV_ENV", "enabled", "bins", "req_combo", "rwd_combo", "sample_req",
+           "sample_rwd", "sample_bisnp", "sample_birsp", "sample_cpl", "write"]
+
+FCOV_ENV = "TRAININGCXL_FCOV"
+
+
+def enabled() -> bool:
+    return bool(os.environ.get(FCOV_ENV, "").strip())
+
+
+def _n(enum_cls, v) -> str:
+    try:
+        return enum_cls(v).name
+    except ValueError:
+        return f"rsvd{v}"
+
+
+def _meta(field, value) -> str:
+    if field == MetaField.NO_OP:
+        return "noop"
+    return _n(MetaValue, value) if field == MetaField.META0_STATE else f"mf{field}"
+
+
+# The legal Reqs of sw_model.coherence (docs/coherence.md "Legal requests"); "*" = any encoding
+REQ_COMBOS = (
+    ("MEM_RD", "SNP_INV", "A"), ("MEM_RD", "SNP_DATA", "S"), ("MEM_RD", "SNP_CUR", "noop"),
+    ("MEM_RD_DATA", "SNP_DATA", "*"), ("MEM_INV", "SNP_INV", "A"), ("MEM_INV", "SNP_INV", "I"),
+    ("MEM_INV_NT", "SNP_INV", "A"), ("MEM_INV_NT", "SNP_INV", "I"),
+    ("MEM_CLN_EVCT", "NO_OP", "I"), ("MEM_SPEC_RD", "*", "*"),
+)
+SF_STATES = ("I", "S", "A")
+# Legal Reqs after which the snoop filter does not hold the line (sw_model.coherence: sf_after
+# "I" or untracked): they never allocate an entry, so never need a victim.
+NO_ALLOC = ("MEM_RD/SNP_CUR/noop", "MEM_INV/SNP_INV/I", "MEM_INV_NT/SNP_INV/I",
+            "MEM_CLN_EVCT/NO_OP/I", "MEM_SPEC_RD/*/*")
+DESC_KINDS = tuple(k.name for k in DescKind) + ("unknown",)
+# codes that only the ERR_CODE CSR reports (doorbell and CSR errors), never a completion record
+CSR_ONLY = ("RING_OVERFLOW", "DOORBELL_RANGE", "RING_CONFIG", "CSR_RO", "CSR_ADDR", "NOT_READY",
+            "CSR_BUSY")
+CPL_CODES = tuple(c.name for c in DeviceError if c.name not in CSR_ONLY)
+
+
+def may_take_victim(combo: str | None, sf: str, bisnp_opcode) -> bool:
+    """Whether a BISnp of ``bisnp_opcode`` to another line of the set can be the victim snoop of
+    an open Req (``combo``, SF state ``sf`` before it)."""
+    return (combo is not None and combo not in NO_ALLOC and sf == "I"
+            and bisnp_opcode == BISnpOpcode.BISNP_INV)
+
+
+def req_combo(opcode, snp_type, meta_field, meta_value):
+    """The legal-Req bin label of a header, or None for a Req outside the legal table."""
+    op, snp, meta = _n(ReqOpcode, opcode), _n(SnpType, snp_type), _meta(meta_field, meta_value)
+    for c in REQ_COMBOS:
+        if c[0] == op and c[1] in ("*", snp) and c[2] in ("*", meta):
+            return "/".join(c)
+    return None
+
+
+def rwd_combo(opcode, meta_field, meta_value, poison):
+    op = _n(RwDOpcode, opcode)
+    if op == "BI_CONFLICT":
+        return "BI_CONFLICT"
+    return f"{op}/{_meta(meta_field, meta_value)}/poison{int(poison)}"
+
+
+def bins() -> dict:
+    """Every bin of every coverage item (name -> list of bin labels)."""
+    req = []
+    for c in REQ_COMBOS:
+        lab = "/".join(c)
+        req += [f"{lab}|I|miss", f"{lab}|I|victim", f"{lab}|S|hit", f"{lab}|A|hit"]
+    rwd = ["BI_CONFLICT"] + [f"{op}/{m}/poison{p}" for op in ("MEM_WR", "MEM_WR_PTL")
+                             for m in ("I", "A", "S", "noop") for p in (0, 1)]
+    return {
+        "dcoh.req": req,
+        "dcoh.rwd": rwd,
+        "dcoh.bisnp": [o.name for o in BISnpOpcode],
+        "dcoh.birsp": [o.name for o in BIRspOpcode],
+        "cmd.cpl": [f"{k}|{c}" for k in DESC_KINDS for c in CPL_CODES],
+    }
+
+
+_items = None        # name -> sampling function (cocotb-coverage CoverPoint), once enabled
+_dirty = False
+
+
+def _setup():
+    global _items
+    if _items is not None:
+        return _items
+    from cocotb_coverage.coverage import CoverPoint
+    _items = {}
+    for name, labels in bins().items():
+        @CoverPoint(f"tcxl.{name}", xf=lambda label: label, bins=list(labels))
+        def sample(label):
+            pass
+        _items[name] = sample
+    atexit.register(write)
+    return _items
+
+
+def _sample(name: str, label: str):
+    global _dirty
+    if not enabled():
+        return
+    _setup()[name](label)
+    _dirty = True
+
+
+def sample_req(combo: str | None, sf: str, victim: bool):
+    """A finished legal Req (``combo`` from :func:`req_combo`; None: not legal, not sampled)."""
+    if combo is None:
+        return
+    outcome = "hit" if sf != "I" else ("victim" if victim else "miss")
+    _sample("dcoh.req", f"{combo}|{sf}|{outcome}")
+
+
+def sample_rwd(opcode, meta_field, meta_value, poison):
+    _sample("dcoh.rwd", rwd_combo(opcode, meta_field, meta_value, poison))
+
+
+def sample_bisnp(opcode):
+    _sample("dcoh.bisnp", _n(BISnpOpcode, opcode))
+
+
+def sample_birsp(opcode):
+    _sample("dcoh.birsp", _n(BIRspOpcode, opcode))
+
+
+def sample_cpl(kind, status):
+    k = DescKind(kind).name if kind in DescKind._value2member_map_ else "unknown"
+    _sample("cmd.cpl", f"{k}|{_n(DeviceError, status)}")
+
+
+def write():
+    """Export this process's bins (hits per bin; labels outside the model counted apart) to
+    ``$TRAININGCXL_FCOV/<pid>.json``. Cheap (a few hundred bins); called after samples that end
+    a transaction group and at exit."""
+    global _dirty
+    if not enabled() or _items is None or not _dirty:
+        return
+    from cocotb_coverage.coverage import coverage_db
+    out = Path(os.environ[FCOV_ENV])
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {}
+    for name in _items:
+        item = coverage_db[f"tcxl.{name}"]
+        doc[name] = {str(k): int(v) for k, v in item.detailed_coverage.items()}
+    tmp = out / f".{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, out / f"{os.getpid()}.json")
+    _dirty = False

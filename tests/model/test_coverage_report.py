@@ -1,0 +1,119 @@
+"""The coverage tooling (trainingcxl/coverage/) on a small recorded case: Verilog modules map to
+hw blocks, counters of several runs add up, exclusions remove points and are counted (a rule
+without a reason is refused), summary.json and the HTML are written, functional bins merge
+with unreachable bins left out of the total."""
+import json
+
+import pytest
+
+from trainingcxl.coverage import blocks, cli, data, functional, report
+
+VERILOG = """\
+module \\trainingcxl_device.dcoh.sf (clk, a);
+  input clk;
+  input [1:0] a;
+  always @(posedge clk) if (a) x <= 1; else x <= 0;
+endmodule
+module \\trainingcxl_device.cp.ring$206 (clk);
+  input clk;
+  wire busy;
+endmodule
+module trainingcxl_device (clk);
+  input clk;
+endmodule
+"""
+
+
+def _point(path, line, kind, module, comment, count):
+    f = {"f": str(path), "l": str(line), "n": "3", "t": kind,
+         "page": f"v_{kind}/{module}", "o": comment, "h": "TOP." + module}
+    key = "\x01".join(f"{k}\x02{v}" for k, v in f.items())
+    return f"C '\x01{key}' {count}\n"
+
+
+def _dat(path, vpath, counts):
+    pts = [(4, "line", "trainingcxl_device.dcoh.sf", "if"),
+           (4, "line", "trainingcxl_device.dcoh.sf", "else"),
+           (3, "toggle", "trainingcxl_device.dcoh.sf", "a[0]:0->1"),
+           (3, "toggle", "trainingcxl_device.dcoh.sf", "a[1]:0->1"),
+           (8, "toggle", "trainingcxl_device.cp.ring$206", "busy:0->1")]
+    path.write_text("# SystemC::Coverage-3\n" + "".join(
+        _point(vpath, ln, k, m, c, n) for (ln, k, m, c), n in zip(pts, counts)))
+
+
+@pytest.fixture
+def recorded(tmp_path):
+    v = tmp_path / "trainingcxl_device.v"
+    v.write_text(VERILOG)
+    (tmp_path / "cov" / "dat").mkdir(parents=True)
+    _dat(tmp_path / "cov" / "dat" / "a.dat", v, [1, 0, 2, 0, 0])
+    _dat(tmp_path / "cov" / "dat" / "b.dat", v, [0, 0, 0, 0, 5])
+    return tmp_path
+
+
+def test_block_of_maps_instance_paths():
+    assert blocks.block_of("trainingcxl_device.dcoh.routing.rd_merge")[0].name == "DCOH"
+    assert blocks.block_of("\\trainingcxl_device.cp.ring$206")[1] == "ring"
+    assert blocks.block_of("dcoh_test_top.dcoh.sf")[0].name == "DCOH"
+    assert blocks.block_of("trainingcxl_csr")[0].name == "CSR"
+    assert blocks.block_of("trainingcxl_device")[0] is blocks.OTHER
+
+
+def test_demangle():
+    assert data.demangle("s2m_bisnp___05Fpayload__02ehdr") == "s2m_bisnp__payload.hdr"
+    assert data.demangle("tables__05b4__05d") == "tables[4]"
+
+
+def test_block_sources_exist():
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for b in (*blocks.BLOCKS, blocks.OTHER):
+        assert (root / b.source).exists(), b
+
+
+def test_merge_summary_and_exclusions(recorded, tmp_path):
+    cov = data.load(sorted((recorded / "cov" / "dat").glob("*.dat")))
+    s = report.summarise(cov, [])
+    d, cp = s["blocks"]["DCOH"], s["blocks"]["command processor"]
+    assert (d["line"]["hit"], d["line"]["total"]) == (1, 2)
+    assert (d["toggle"]["hit"], d["toggle"]["total"]) == (1, 2)
+    assert (cp["toggle"]["hit"], cp["toggle"]["total"]) == (1, 1)   # counted in run b only
+    assert d["tops"] == ["trainingcxl_device"] and d["runs"] == 2
+    rule = {"block": "DCOH", "kind": "toggle", "signal": "a", "reason": "test"}
+    s = report.summarise(cov, [rule])
+    assert s["blocks"]["DCOH"]["toggle"]["total"] == 0
+    assert s["exclusions"][0]["points"] == 2 and s["blocks"]["DCOH"]["excluded"]["toggle"] == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[exclude]]\nkind = "line"\nblock = "DCOH"\n')
+    with pytest.raises(ValueError, match="no reason"):
+        report.load_exclusions(bad)
+    assert all(r["reason"] for r in report.load_exclusions())
+
+
+def test_cli_merge_only_writes_summary_and_html(recorded, capsys):
+    out = recorded / "cov"
+    assert cli.main(["--merge-only", "--no-sources", "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["blocks"]["DCOH"]["line"]["pct"] == 50.0
+    html = (out / "html" / "block-DCOH.html").read_text()
+    assert "else" in html and "x &lt;= 0" in html      # the missed line point, with its Verilog
+    assert "DCOH" in capsys.readouterr().out
+    assert s["blocks"]["DCOH"]["modules"]["sf"]["line"] == "1/2"
+
+
+def test_functional_merge_counts_reachable_bins_only():
+    from cosim import fcov
+    a = {"cmd.cpl": {"LOOKUP|OK": 3, "COMMIT|BAD_DIM": 1}, "dcoh.bisnp": {"BISNP_INV": 1}}
+    b = {"cmd.cpl": {"LOOKUP|OK": 1, "unknown|UNKNOWN_KIND": 1}}
+    m = functional.merge([a, b])["groups"]
+    cpl = m["cmd.cpl"]
+    assert cpl["hits"]["LOOKUP|OK"] == 4 and cpl["hit"] == 2
+    assert "COMMIT|BAD_DIM" in cpl["unreachable"] and cpl["unreachable_but_hit"] == ["COMMIT|BAD_DIM"]
+    assert cpl["total"] == len(fcov.bins()["cmd.cpl"]) - len(cpl["unreachable"])
+    assert m["dcoh.bisnp"]["hit"] == 1 and "BISNP_DATA" in m["dcoh.bisnp"]["missed"]
+    assert "BISNP_CUR" in m["dcoh.bisnp"]["unreachable"]
+    assert not fcov.may_take_victim("MEM_INV/SNP_INV/I", "I", 2)
+    assert fcov.may_take_victim("MEM_RD/SNP_INV/A", "I", 2)
+    assert fcov.req_combo(1, 3, 0, 2) == "MEM_RD/SNP_INV/A"
+    assert fcov.req_combo(2, 1, 3, 1) == "MEM_RD_DATA/SNP_DATA/*"
+    assert fcov.req_combo(1, 0, 0, 2) is None          # MemRd with SnpType No-Op: not legal

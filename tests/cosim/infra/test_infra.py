@@ -586,6 +586,10 @@ def test_run_ledger_guard_counts_cocotb_tests_from_results_files(tmp_path):
     assert check_junit.main(argv + [str(ledger(tmp_path / "missing.xml"))]) == 1
     assert check_junit.check_runs(ledger(results("ok", ["ok", "skip", "ok"])))[:2] == (1, 2)
     assert check_junit.main(argv + [str(ledger(results("ok", ["ok"])))]) == 0
+    # a run whose temporary directory is gone counts nothing and is named, not an error
+    gone = tmp_path / "tmpgone" / "run" / "results.xml"
+    runs, passed, _, problems = check_junit.check_runs(ledger(gone))
+    assert (runs, passed) == (1, 0) and problems[0].endswith("temporary directory")
 
 
 # --- payload packing (pure Python, no simulator) -------------------------------------------------

@@ -49,7 +49,7 @@ from trainingcxl.faults.bench import (LINE, check_log_trustworthy, check_reporte
                                       fresh, model_run, model_tables, random_batch, restore_config,
                                       submit)
 
-__all__ = ["FaultParams", "media_fault_campaign", "region_of"]
+__all__ = ["FaultParams", "media_fault_campaign"]
 
 
 @dataclass(frozen=True)
@@ -67,14 +67,6 @@ class FaultParams:
     # a test of the oracle itself: "corrupt" flips a byte of a table row in the RTL's memory
     # after the first abort's recovery (must be reported as a failure)
     sabotage: str = ""
-
-
-def region_of(cfg, addr: int) -> str:
-    for name in ("table", "log", "superblock", "slots", "staging"):
-        base, size = getattr(cfg, name + "_base"), getattr(cfg, name + "_size")
-        if base <= addr < base + size:
-            return name
-    return "other"
 
 
 def _count(counts: dict, key: str, n: int = 1):
@@ -103,7 +95,7 @@ async def media_fault_campaign(dut):
         c["faults"] += len(faults)
         for f in faults:
             _count(c["faults_by_phase"], phase)
-            _count(c["faults_by_region"], f"{f.op} {region_of(cfg, f.addr)}")
+            _count(c["faults_by_region"], f"{f.op} {cfg.region_of(f.addr) or 'other'}")
 
     async def snapshot(batch, src, n):
         """SNAPSHOT of the staged image; True when its copy reported MEDIA (and must have)."""

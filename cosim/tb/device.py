@@ -38,7 +38,7 @@ from sw_model.training import TrainingDevice
 from sw_model.workload import RegionAllocator
 
 __all__ = ["DeviceTB", "E", "K", "IRQ_BITS", "BenchConfig", "bench_config", "bags", "lr_q",
-           "setup_tables", "lookup", "update", "commit"]
+           "setup_tables", "lookup", "update", "commit", "training_batch"]
 
 CLOCK_NS = 10
 E = DeviceError
@@ -387,6 +387,34 @@ def bags(tb, n_bags, max_len, rows, hot=None):
     pool = rng.choice(rows, size=min(rows, hot), replace=False) if hot else np.arange(rows)
     indices = rng.choice(pool, size=int(offsets[-1])).astype(np.uint32)
     return offsets, indices
+
+
+def training_batch(tb, batch, tag, n_bags):
+    """One training batch over every table of ``tb``: LOOKUP+LOG, UPDATE (table 1 with bags of
+    its own, so rows the LOOKUP did not log are logged by the UPDATE), COMMIT. Each bag holds
+    0..``n_bags`` rows drawn uniformly from the table; LOOKUP tags from ``tag``, UPDATE tags
+    10 higher, the COMMIT's 20 above the last."""
+    rng = tb.rng
+
+    def uniform_bags(rows):
+        lens = rng.integers(0, n_bags + 1, n_bags)
+        offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+        return offsets, rng.integers(0, rows, int(offsets[-1])).astype(np.uint32)
+
+    looks, upds = [], []
+    for tid in sorted(tb.tables):
+        _, rows, dim = tb.tables[tid]
+        o, i = uniform_bags(rows)
+        oa, ia = tb.stage_u32(o), tb.stage_u32(i)
+        looks.append(lookup(tid, n_bags, oa, ia, tb.out_area(n_bags * dim * 4), batch=batch,
+                            tag=tag))
+        if tid == 1:
+            o, i = uniform_bags(rows)
+            oa, ia = tb.stage_u32(o), tb.stage_u32(i)
+        g = (rng.standard_normal((n_bags, dim)) * (1 << tb.cfg.frac_bits)).astype(np.int32)
+        upds.append(update(tid, n_bags, oa, ia, tb.stage_i32(g), batch=batch, tag=tag + 10))
+        tag += 1
+    return looks + upds + [commit(batch, tag=tag + 20)]
 
 
 def lr_q(tb, x):

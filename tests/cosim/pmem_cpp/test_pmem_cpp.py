@@ -26,7 +26,6 @@ import random
 import time
 
 import cocotb
-import numpy as np
 import pytest
 from cocotb.triggers import ClockCycles
 
@@ -34,34 +33,15 @@ from cosim import build as cb
 from cosim.pmem_cpp import PMEM_MODELS
 from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
-from cosim.tb.device import DeviceTB, commit, lookup, update
+from cosim.tb.device import DeviceTB, training_batch
 from hw.config import DeviceConfig
 
 LINE = 64
 CUT = 40           # crash images taken, one per cycle with a media write in flight
 
 
-def _bags(rng, n_bags, max_len, rows):
-    lens = rng.integers(0, max_len + 1, n_bags)
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    return offsets, rng.integers(0, rows, int(offsets[-1])).astype(np.uint32)
-
-
 def _batch(tb, b, tag):
-    rng = tb.rng
-    looks, upds = [], []
-    for tid in sorted(tb.tables):
-        _, rows, dim = tb.tables[tid]
-        o, i = _bags(rng, 4, 4, rows)
-        oa, ia = tb.stage_u32(o), tb.stage_u32(i)
-        looks.append(lookup(tid, 4, oa, ia, tb.out_area(4 * dim * 4), batch=b, tag=tag))
-        if tid == 1:       # own bags: rows the LOOKUP did not log are logged by the UPDATE
-            o, i = _bags(rng, 4, 4, rows)
-            oa, ia = tb.stage_u32(o), tb.stage_u32(i)
-        g = (rng.standard_normal((4, dim)) * (1 << tb.cfg.frac_bits)).astype(np.int32)
-        upds.append(update(tid, 4, oa, ia, tb.stage_i32(g), batch=b, tag=tag + 10))
-        tag += 1
-    return looks + upds + [commit(b, tag=tag + 20)]
+    return training_batch(tb, b, tag, 4)
 
 
 def _digest(mem) -> str:

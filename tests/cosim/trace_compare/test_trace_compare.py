@@ -18,39 +18,19 @@ import sys
 import time
 
 import cocotb
-import numpy as np
 import pytest
 
 from cosim import build as cb
 from cosim.tb.config import BenchConfig
-from cosim.tb.device import E, DeviceTB, commit, lookup, update
+from cosim.tb.device import E, DeviceTB, training_batch
 from cosim.trace.compare import compare_files, load_trace
 from hw.config import DeviceConfig
 
 LINE = 64
 
 
-def _bags(rng, n_bags, max_len, rows):
-    lens = rng.integers(0, max_len + 1, n_bags)
-    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
-    return offsets, rng.integers(0, rows, int(offsets[-1])).astype(np.uint32)
-
-
 def _batch(tb, b, tag):
-    rng = tb.rng
-    looks, upds = [], []
-    for tid in sorted(tb.tables):
-        _, rows, dim = tb.tables[tid]
-        o, i = _bags(rng, 3, 3, rows)
-        oa, ia = tb.stage_u32(o), tb.stage_u32(i)
-        looks.append(lookup(tid, 3, oa, ia, tb.out_area(3 * dim * 4), batch=b, tag=tag))
-        if tid == 1:       # own bags: rows the LOOKUP did not log are logged by the UPDATE
-            o, i = _bags(rng, 3, 3, rows)
-            oa, ia = tb.stage_u32(o), tb.stage_u32(i)
-        g = (rng.standard_normal((3, dim)) * (1 << tb.cfg.frac_bits)).astype(np.int32)
-        upds.append(update(tid, 3, oa, ia, tb.stage_i32(g), batch=b, tag=tag + 10))
-        tag += 1
-    return looks + upds + [commit(b, tag=tag + 20)]
+    return training_batch(tb, b, tag, 3)
 
 
 @cocotb.test()

@@ -72,7 +72,7 @@ from cocotbext.axi.reset import Reset
 from cocotbext.axi.sparse_memory import SparseMemory
 
 __all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord", "AxiResp",
-           "MediaFault", "InjectedFault"]
+           "MediaFault", "InjectedFault", "ClockCount"]
 
 CHANNELS = ("ar", "r", "aw", "w", "b")
 _BURST_INCR = 0b01
@@ -348,7 +348,25 @@ class PendingWrite:
     old: list = field(default_factory=list)
 
 
-class PmemModel(Reset):
+class ClockCount:
+    """Cycle numbers of a model that measured its clock: ``_t0`` (the first rising edge's
+    simulation time) and ``_period`` (simulator steps per cycle), set by the model."""
+
+    @property
+    def period(self) -> int:
+        """Clock period in simulator steps (measured on the first two rising edges)."""
+        return self._period
+
+    def cycle_at(self, t: int) -> int:
+        """Cycle number of simulation time ``t``: rising edges since the model's first edge."""
+        return (t - self._t0) // self._period
+
+    @property
+    def cycle(self) -> int:
+        return self.cycle_at(_now())
+
+
+class PmemModel(ClockCount, Reset):
     """AXI4 slave PMEM model on the AXI master port ``<prefix>_<signal>`` of ``dut``.
 
     ``prefix`` is the cocotbext-axi bus name: ``"m_axi_"`` finds ``m_axi__awaddr`` (Amaranth's
@@ -435,19 +453,6 @@ class PmemModel(Reset):
     def writes_in_flight(self) -> int:
         """Write bursts with an AW or W handshake and no B handshake yet."""
         return max(self.aw_count, self._w_bursts + (1 if self._w_beats else 0)) - self.acked_writes
-
-    @property
-    def period(self) -> int:
-        """Clock period in simulator steps (measured on the first two rising edges)."""
-        return self._period
-
-    def cycle_at(self, t: int) -> int:
-        """Cycle number of simulation time ``t``: rising edges since the model's first edge."""
-        return (t - self._t0) // self._period
-
-    @property
-    def cycle(self) -> int:
-        return self.cycle_at(_now())
 
     @property
     def first_r_cycle(self):

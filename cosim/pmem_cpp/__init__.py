@@ -27,7 +27,7 @@ from collections import deque
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
-from cosim.pmem import PendingWrite, PmemModel, WriteRecord, _now
+from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
 from sw_model.memory import LINE, MemoryImage
 
 __all__ = ["CppPmemModel", "CppMemory", "protocol_error", "cpp_available", "pmem_model",
@@ -202,7 +202,7 @@ class _Channel:
         return self._model._stats()[self._stat]
 
 
-class CppPmemModel:
+class CppPmemModel(ClockCount):
     """The C++ PMEM model of the running simulator, with :class:`cosim.pmem.PmemModel`'s
     constructor and attributes (module docstring for what is left out)."""
 
@@ -262,17 +262,6 @@ class CppPmemModel:
         e0 = _lib().tcxl_pmem_edges()
         await edge
         self._t0, self._e0, self._period = t0, e0, _now() - t0
-
-    @property
-    def period(self) -> int:
-        return self._period
-
-    def cycle_at(self, t: int) -> int:
-        return (t - self._t0) // self._period
-
-    @property
-    def cycle(self) -> int:
-        return self.cycle_at(_now())
 
     def _cycle_of_edge(self, e: int) -> int:
         return e - self._e0

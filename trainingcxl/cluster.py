@@ -38,7 +38,7 @@ from pathlib import Path
 
 __all__ = ["CONNECT_TIMEOUT_S", "QUIET_CONFIG", "ClusterError", "SerialExecutor", "DaskExecutor",
            "open_executor", "fresh_task_dir", "add_arguments", "check_arguments",
-           "executor_from_args", "run_sim_task"]
+           "executor_from_args", "run_sim_task", "sum_counts"]
 
 CONNECT_TIMEOUT_S = 30.0
 
@@ -337,6 +337,21 @@ def fresh_task_dir(path) -> Path:
     attempt = path / f"attempt-{uuid.uuid4().hex[:8]}"
     attempt.mkdir(parents=True)
     return attempt
+
+
+def sum_counts(results: list[dict], *, skip=("seed",), histograms=()) -> dict:
+    """Campaign blocks' results added up: every int field but ``skip``, and the
+    ``{name: count}`` dicts named in ``histograms`` per name."""
+    rep: dict = {}
+    for r in results:
+        for k, v in r.items():
+            if isinstance(v, int) and not isinstance(v, bool) and k not in skip:
+                rep[k] = rep.get(k, 0) + v
+        for k in (k for k in histograms if k in r):
+            h = rep.setdefault(k, {})
+            for name, n in r[k].items():
+                h[name] = h.get(name, 0) + n
+    return rep
 
 
 def run_sim_task(build, module: str, test: str, *, seed: int, params, out: Path,

@@ -65,16 +65,8 @@ def run_block(block: FaultBlock, *, progress=None) -> dict:
 
 def merge(results: list[dict]) -> dict:
     """Counts summed over blocks (nested per-phase/region counts too); failures listed."""
-    rep: dict = {}
     ok = [r for r in results if not r.get("missing")]
-    for r in ok:
-        for k, v in r.items():
-            if isinstance(v, int) and not isinstance(v, bool) and k != "seed":
-                rep[k] = rep.get(k, 0) + v
-            elif isinstance(v, dict) and k.startswith("faults_by_"):
-                h = rep.setdefault(k, {})
-                for name, n in v.items():
-                    h[name] = h.get(name, 0) + n
+    rep = cluster.sum_counts(ok, histograms=("faults_by_phase", "faults_by_region"))
     rep["wall_s"] = round(sum(r.get("wall_s") or 0 for r in ok), 2)
     rep["failures"] = [r["failure"] for r in ok if r.get("failure")]
     rep["run_errors"] = [{"seed": r["seed"], "error": r["run_error"]} for r in results

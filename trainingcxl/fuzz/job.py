@@ -83,17 +83,9 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
 
 def merge(results: list[dict]) -> dict:
     """Counts summed over blocks; each block's seed, count, inputs and failure listed."""
-    rep: dict = {}
     ok = [r for r in results if not r.get("missing")]
-    for r in ok:
-        for k, v in r.items():
-            if isinstance(v, int) and not isinstance(v, bool) and k not in ("seed", "count"):
-                rep[k] = rep.get(k, 0) + v
-        for k in ("status_histogram", "error_codes", "expected_errors"):
-            if k in r:
-                h = rep.setdefault(k, {})
-                for name, n in r[k].items():
-                    h[name] = h.get(name, 0) + n
+    rep = cluster.sum_counts(ok, skip=("seed", "count"),
+                             histograms=("status_histogram", "error_codes", "expected_errors"))
     wall = sum(r.get("wall_s") or 0 for r in ok)
     rep["wall_s"] = round(wall, 2)
     rep["inputs_per_s"] = round(rep.get("inputs", 0) / wall, 2) if wall else None

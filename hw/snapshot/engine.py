@@ -82,6 +82,18 @@ def byte_mask_bits(be):
     return Cat(*[be[i].replicate(8) for i in range(LINE_BYTES)])
 
 
+def byte_shift(m, v, off):
+    """``v`` (two lines) shifted right by ``off`` bytes, one line wide: six stages of 2:1 muxes
+    (32, 16, ..., 1 bytes), each only as wide as the later stages need."""
+    for b in reversed(range(len(off))):
+        step = 8 << b
+        width = LINE_BITS + 8 * ((1 << b) - 1)
+        stage = Signal(width, name=f"shift{1 << b}")
+        m.d.comb += stage.eq(Mux(off[b], v[step:step + width], v[:width]))
+        v = stage
+    return v
+
+
 class SnapshotEngine(wiring.Component):
     """The background copy of an MLP snapshot (docs/training.md section 9; copy, ordering and errors
     in the module docstring).
@@ -258,7 +270,7 @@ class SnapshotEngine(wiring.Component):
         emit = Signal()
         hi = Signal(LINE_BITS)
         aligned = Signal(LINE_BITS)
-        m.d.comb += aligned.eq(Cat(prev, hi).bit_select(Cat(C(0, 3), off), LINE_BITS))
+        m.d.comb += aligned.eq(byte_shift(m, Cat(prev, hi), off))
         is_last = j == n_pay - 1
         be = Signal(LINE_BYTES)
         m.d.comb += be.eq(Mux(is_last, last_be, Const(-1, LINE_BYTES)))

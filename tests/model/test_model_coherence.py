@@ -16,7 +16,7 @@ from hw.cxl_encodings import (BIRspOpcode as BR, BISnpOpcode as BS, DcohError as
                               ReqOpcode as RQ, RwDOpcode as WD, SnpType as ST)
 from sw_model.coherence import (NXM_DATA, Answer, HostPermission, LineValueChecker, CoherenceViolation,
                                 birsp_allowed, expected_req, expected_rwd, host_region,
-                                sf_after_birsp)
+                                media_poison_after, sf_after_birsp)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CFG = DeviceConfig()
@@ -358,6 +358,21 @@ def test_header_fields_outside_their_widths_or_missing_raise_valueerror(hdr):
         expected_req(CFG, hdr)
     with pytest.raises(ValueError):
         expected_rwd(CFG, dict(hdr, poison=0))
+
+
+@pytest.mark.parametrize("poisoned,write_poison,be,after", [
+    (False, True, (1 << 64) - 1, True),      # a poisoned full-line write sets it
+    (False, True, 1 << 5, True),             # ... and a poisoned one-byte write
+    (True, True, 0, True),                   # ... and one with no byte enabled
+    (True, False, (1 << 64) - 1, False),     # a clean full-line write clears it
+    (True, False, (1 << 64) - 2, True),      # a clean 63-byte write leaves it
+    (True, False, 0, True),
+    (False, False, 1 << 7, False),
+    (False, False, (1 << 64) - 1, False),
+])
+def test_media_poison_after(poisoned, write_poison, be, after):
+    """The media's poison bit of a line after one write (docs/coherence.md "Poison")."""
+    assert media_poison_after(poisoned, write_poison, be) is after
 
 
 def test_rwd_rejects_bad_poison_and_sf_arguments():

@@ -546,10 +546,13 @@ class _Write:
 
 
 class _Line:
-    __slots__ = ("init", "writes", "covered", "max_re", "max_rs", "pruned_at", "prune_len")
+    __slots__ = ("init", "writes", "covered", "max_re", "max_rs", "pruned_at", "prune_len",
+                 "ever_poisoned", "poison_unknown")
 
     def __init__(self, init: int, prune_len: int):
         self.init = init
+        self.ever_poisoned = False       # a poisoned write was reported
+        self.poison_unknown = False      # a write deciding the poison bit was pruned
         self.writes: list[_Write] = []   # sorted by end time (in-flight writes last)
         self.covered = 0                 # bytes written by pruned writes (all ended before horizon)
         self.max_re = -_INF              # latest end of a read already checked
@@ -606,8 +609,14 @@ class LineValueChecker:
     cache are reads from accept to their MemData, device reads from request to response.
 
     Poison is not a value: ``read(..., poison=True)`` is counted in ``stats["poisoned_reads"]``
-    and not checked; ``write(..., poison=True)`` is recorded like any write (its data is what
-    the media holds), only labelled. A write the DCOH does not make (refused, NXM, illegal) must
+    and its data not checked; ``write(..., poison=True)`` is recorded like any write (its data
+    is what the media holds), labelled. The poison bit of every read is checked against the
+    media rule (:func:`media_poison_after`; lines start unpoisoned): a read may return poison
+    1 (0) only if a poisoned write (a non-poisoned full-line write, or the initial state) is a
+    candidate for the last write deciding the bit, by the same interval rule as a byte's value
+    (``CoherenceViolation`` kind "poison"). Partial non-poisoned writes decide nothing. On a
+    line that never had a poisoned write the bit must be 0; once a deciding write of a line
+    that had one is pruned, that line's bit is no longer checked. A write the DCOH does not make (refused, NXM, illegal) must
     not be reported.
 
     ``read`` returns None when explained; otherwise it raises ``CoherenceViolation`` (or, with
@@ -681,6 +690,7 @@ class LineValueChecker:
                 f"reads they may explain")
         self.stats["writes"] += 1
         self.stats["poisoned_writes"] += bool(poison)
+        L.ever_poisoned |= bool(poison)
         w = _Write(t_start, t_end, int.from_bytes(data, "little"), _byte_mask(be), be, who,
                    bool(poison))
         insort(L.writes, w, key=_we)
@@ -718,6 +728,10 @@ class LineValueChecker:
                 covered |= w.mask
             pending.append(w)
         keep.reverse()
+        if L.ever_poisoned and not L.poison_unknown:
+            kept = {id(w) for w in keep}
+            L.poison_unknown = any(id(w) not in kept and (w.poison or w.be == _ALL_BE)
+                                   for w in ws[:n])
         self.stats["pruned"] += n - len(keep)
         L.covered = covered
         L.writes = keep + ws[n:]
@@ -810,12 +824,24 @@ class LineValueChecker:
         if t_start < self.horizon:
             raise ValueError(f"read of line {line:#x} by {who} starting at {t_start} reported "
                              f"after the horizon moved to {self.horizon}")
+        L = self._line(line)
+        possible = self._poison_possible(L, t_start, t_end)
+        if bool(poison) not in possible:
+            self.stats["violations"] += 1
+            self._seen(t_end)
+            v = CoherenceViolation("poison", line, (
+                f"read [{t_start}, {t_end}] returned poison {int(bool(poison))}; deciding "
+                f"writes: {[w.source() for w in self._deciding(L)] or 'none'} (lines start "
+                f"unpoisoned)"), who=who, times=(t_start, t_end))
+            if self.raise_on_violation:
+                raise v
+            self.violations.append(v)
+            return v
         if poison:
             self.stats["poisoned_reads"] += 1
             self._seen(t_end)
             return None
         data = self._data(data, "read")
-        L = self._line(line)
         if L.pruned_at < self.horizon and len(L.writes) > L.prune_len:
             self._prune(L)
         self.stats["reads"] += 1
@@ -834,6 +860,26 @@ class LineValueChecker:
             raise v
         self.violations.append(v)
         return v
+
+    @staticmethod
+    def _deciding(L: _Line) -> list:
+        """The writes of ``L`` that decide its poison bit: poisoned, or of all 64 bytes."""
+        return [w for w in L.writes if w.poison or w.be == _ALL_BE]
+
+    def _poison_possible(self, L: _Line, rs: int, re: int) -> set:
+        """The poison bits a read of ``L`` over ``[rs, re]`` may return."""
+        if not L.ever_poisoned:
+            return {False}
+        if L.poison_unknown:
+            return {False, True}
+        deciding = self._deciding(L)
+        done = [w for w in deciding if w.we < rs]
+        out = {w.poison for w in deciding
+               if w.ws <= re and w.we >= rs or
+               w.we < rs and not any(u.ws > w.we for u in done)}
+        if not done:
+            out.add(False)
+        return out
 
     def advance(self, horizon: int) -> None:
         """Promise that every read reported from now on starts at or after ``horizon``."""

@@ -47,10 +47,9 @@ class MediaRouting(wiring.Component):
     ``mem`` request order, routes each response back: a host read to a DRS MemData (poison =
     the media's poison bit of the line, or a media error), a host write to an NDR Cmp, a device
     request to ``dev_rd_resp`` / ``dev_wr_resp`` by id (a poisoned line or a media error sets
-    ``err``). The host lane's NDRs
-    (``host_ndr``) and the write Cmps are merged round-robin onto ``s2m_ndr``; its refused/NXM
-    reads (``drs_nxm``, tags) and the MemData onto ``s2m_drs`` (``MemDataNXM`` with poison and
-    all-ones data).
+    ``err``). The host lane's NDRs (``host_ndr``) and the write Cmps are merged round-robin
+    onto ``s2m_ndr``; its refused/NXM reads (``drs_nxm``, tags) and the MemData onto
+    ``s2m_drs`` (``MemDataNXM`` with poison and all-ones data).
 
     Latency: no register on any path (merges and FIFO read sides only); the context FIFOs add
     none to a response. Ordering: ``mem`` must return read responses in read-request order and

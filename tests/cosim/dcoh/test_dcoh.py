@@ -338,8 +338,7 @@ async def poison_many_lines(dut):
     await tb.reset()
     lines = [tb.line("staging" if i % 2 else "table", 200 + i) for i in range(20)]
     for i, a in enumerate(lines):
-        await tb.host.raw("m2s_rwd", opcode=RW.MEM_WR, meta_field=MF.META0_STATE,
-                          meta_value=MV.I, line=a, data=bytes([i + 1]) * 64, poison=1)
+        await tb.host.write(a, bytes([i + 1]) * 64, poison=1)
     for i, a in enumerate(lines):
         assert tb.mem_line(a) == bytes([i + 1]) * 64, f"poisoned write {i} was not written"
         await _expect_poison(tb, a, True)

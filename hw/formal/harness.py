@@ -31,8 +31,8 @@ grant (Cmp-S -> S, Cmp-E -> E) when the NDR arrives. Other lines have no tracked
 only widens the host's choices there.
 
 **Abstract media** on ``mem``: accepts up to ``max_reads`` reads and ``max_writes`` writes,
-answers each direction in request order after an arbitrary delay (a possible error bit, data
-0). **Engines** on ``dev``: arbitrary RdCur/RdOwn/Wr to the host lines with ids 0..14, arbitrary
+answers each direction in request order after an arbitrary delay (a possible error bit, on
+reads a possible poison bit, data 0). **Engines** on ``dev``: arbitrary RdCur/RdOwn/Wr to the host lines with ids 0..14, arbitrary
 ready on the responses.
 
 Properties (architecture 5.3; names as the runner prints them):
@@ -514,7 +514,8 @@ class FormalHarness(Elaboratable):
                      dut.dev.wr_resp.ready.eq(free(m, 1, "dev_wr_resp_ready"))]
 
     def _media(self, m):
-        """In-order responder per direction, up to max_reads / max_writes outstanding."""
+        """In-order responder per direction, up to max_reads / max_writes outstanding; each
+    response's err (and a read's poison bit) is free, held while the response waits."""
         h, dut, cfg = self.h, self.dut, self.cfg
         h.media = {}
         for name, req, resp, depth in (("rd", dut.mem.rd_req, dut.mem.rd_resp, cfg.max_reads),
@@ -533,6 +534,11 @@ class FormalHarness(Elaboratable):
             err = Mux(shown, err_q, err_free)
             m.d.comb += [resp.payload.id.eq(ids[0]), resp.payload.err.eq(err)]
             m.d.sync += [shown.eq(resp.valid & ~resp.ready), err_q.eq(err)]
+            if name == "rd":      # the media's poison bit of the line: any value, held like err
+                poison_q = Signal(name="media_rd_poison_q")
+                poison = Mux(shown, poison_q, free(m, 1, "media_rd_poison"))
+                m.d.comb += resp.payload.poison.eq(poison)
+                m.d.sync += poison_q.eq(poison)
             c1 = cnt - pop
             for k in range(depth):
                 nxt = Mux(pop, ids[k + 1] if k + 1 < depth else 0, ids[k])

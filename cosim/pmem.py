@@ -6,8 +6,8 @@ Usage (inside a test running under cocotb)::
 
 Layering (cocotbext-axi's): channel engines (subclasses of ``AxiARSink``, ``AxiRSource``, ...)
 move beats, apply pause generators and follow reset; this module is the protocol model on top;
-``mem`` is the functional model (anything with ``read(addr, n) -> bytes`` and
-``write(addr, data)``, default ``cocotbext.axi.sparse_memory.SparseMemory``).
+``mem`` is the functional model (a :class:`sw_model.memory.MemoryImage`, default an empty one:
+``read``/``write`` and the per-line poison bit ``is_poisoned``/``set_poison``).
 
 The same model compiled into the simulator (C++ called through DPI-C, Python at transaction
 level only): :mod:`cosim.pmem_cpp`, cycle-identical, without stalls and media faults.
@@ -35,6 +35,20 @@ when rising edge *e* sampled them):
   ever add delay to the figures above. Both latencies must be >= 1.
 * Outstanding reads and writes are unlimited; AR, AW and W are accepted every cycle unless
   stalled.
+
+Poison (docs/coherence.md, "Poison"), when the port has AWUSER and RUSER (one bit each; without
+them the model has no poison): the media keeps one poison bit per 64-byte line, in ``mem``.
+
+* A write burst whose AWUSER is 1 sets the bit of every line its address range covers; one
+  with AWUSER 0 clears the bit of every line whose 64 bytes it all writes (WSTRB), and leaves
+  the others (a partial write keeps the line poisoned). The bits change when the burst's data
+  is applied (the later of its AW and last W handshake, below), together with the data; a
+  faulted write that is not applied changes no bit.
+* A read drives RUSER on each beat with the bit of the line holding that beat's address, as
+  the bits were at the AR handshake (like the data).
+* Power failure: :mod:`cosim.powerfail` (in-flight poisoned writes keep their poison, in-flight
+  clears are lost). ``PendingWrite.poison``/``poison_old`` and the AWUSER in ``_aw_waiting``
+  are what it reads.
 
 Persistence (architecture 5.6): a write is *acknowledged* (persistent) at its B handshake. Every
 write from its first AW or W handshake until then is *in flight*: ``writes_in_flight`` counts
@@ -69,10 +83,11 @@ from cocotb.triggers import Event, RisingEdge, Timer
 from cocotbext.axi import AxiBus
 from cocotbext.axi.axi_channels import AxiARSink, AxiAWSink, AxiBSource, AxiRSource, AxiWSink
 from cocotbext.axi.reset import Reset
-from cocotbext.axi.sparse_memory import SparseMemory
+
+from sw_model.memory import LINE, MemoryImage, lines_of
 
 __all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord", "AxiResp",
-           "MediaFault", "InjectedFault", "ClockCount"]
+           "MediaFault", "InjectedFault", "ClockCount", "burst_lines", "poison_update"]
 
 CHANNELS = ("ar", "r", "aw", "w", "b")
 _BURST_INCR = 0b01
@@ -144,6 +159,10 @@ class _ARSink(_HookedSinkMixin, AxiARSink):
 
 class _AWSink(_HookedSinkMixin, AxiAWSink):
     _fields = ("awid", "awaddr", "awlen", "awsize", "awburst")
+
+
+class _AWUserSink(_HookedSinkMixin, AxiAWSink):
+    _fields = ("awid", "awaddr", "awlen", "awsize", "awburst", "awuser")
 
 
 class _WSink(_HookedSinkMixin, AxiWSink):
@@ -232,6 +251,10 @@ class _TimedSourceMixin:
 
 class _RSource(_TimedSourceMixin, AxiRSource):
     _fields = ("rid", "rdata", "rlast", "rresp")
+
+
+class _RUserSource(_TimedSourceMixin, AxiRSource):
+    _fields = ("rid", "rdata", "rlast", "rresp", "ruser")
 
 
 class _BSource(_TimedSourceMixin, AxiBSource):
@@ -342,10 +365,45 @@ class WriteRecord:
 @dataclass(slots=True)
 class PendingWrite:
     """A write applied to ``mem`` but not yet acknowledged: ``segments`` are the
-    ``(addr, bytes)`` written, ``old`` the bytes they replaced (same addresses)."""
+    ``(addr, bytes)`` written, ``old`` the bytes they replaced (same addresses); ``poison`` its
+    AWUSER, ``poison_old`` the ``(line address, bit before)`` of every line whose poison bit it
+    wrote (set, or cleared)."""
     record: WriteRecord
     segments: list
     old: list = field(default_factory=list)
+    poison: bool = False
+    poison_old: list = field(default_factory=list)
+
+
+def burst_lines(addr: int, length: int, size: int) -> range:
+    """Addresses of the 64-byte lines an INCR burst's address range covers."""
+    num_bytes = 1 << size
+    return lines_of(addr, addr - addr % num_bytes + num_bytes * length - addr)
+
+
+def poison_update(mem, addr, length, size, poison, segments) -> list:
+    """Apply a write burst's poison rule (module docstring) to ``mem``'s poison bits; returns
+    ``(line address, bit before)`` of every line whose bit it wrote: all lines of the burst if
+    ``poison``, else the poisoned lines that ``segments`` write completely."""
+    if poison:
+        changed = [(la, mem.is_poisoned(la)) for la in burst_lines(addr, length, size)]
+        for la, _ in changed:
+            mem.set_poison(la, True)
+        return changed
+    if not mem.poisoned:
+        return []
+    written: dict[int, int] = {}
+    for a, d in segments:            # runs of one burst never overlap
+        i, n = 0, len(d)
+        while i < n:
+            la = (a + i) - (a + i) % LINE
+            k = min(la + LINE - (a + i), n - i)
+            written[la] = written.get(la, 0) + k
+            i += k
+    changed = [(la, True) for la, k in written.items() if k == LINE and mem.is_poisoned(la)]
+    for la, _ in changed:
+        mem.set_poison(la, False)
+    return changed
 
 
 class ClockCount:
@@ -370,8 +428,9 @@ class PmemModel(ClockCount, Reset):
     """AXI4 slave PMEM model on the AXI master port ``<prefix>_<signal>`` of ``dut``.
 
     ``prefix`` is the cocotbext-axi bus name: ``"m_axi_"`` finds ``m_axi__awaddr`` (Amaranth's
-    ``m_axi`` port, ``__`` separator). ``reset`` is active high. See the module docstring for
-    the exact timing and persistence rules.
+    ``m_axi`` port, ``__`` separator). ``reset`` is active high. ``poison_port`` is True when
+    the port has AWUSER and RUSER (the per-line poison bit). See the module docstring for the
+    exact timing, poison and persistence rules.
     """
 
     def __init__(self, dut, *, prefix="m_axi_", clock, reset, read_latency=100,
@@ -407,12 +466,13 @@ class PmemModel(ClockCount, Reset):
         self.addr_width = len(bus.read.ar.araddr)
         if len(bus.write.w.wdata) != self.width or len(bus.write.w.wstrb) != self.byte_lanes:
             raise ValueError("W channel width differs from R channel width")
-        self.mem = mem if mem is not None else SparseMemory(1 << self.addr_width)
+        self.mem = mem if mem is not None else MemoryImage(1 << self.addr_width)
         self._reset_state_vars()
+        self.poison_port = hasattr(bus.write.aw, "awuser") and hasattr(bus.read.r, "ruser")
 
         self.ar = _ARSink(bus.read.ar, clock, reset)
-        self.r = _RSource(bus.read.r, clock, reset)
-        self.aw = _AWSink(bus.write.aw, clock, reset)
+        self.r = (_RUserSource if self.poison_port else _RSource)(bus.read.r, clock, reset)
+        self.aw = (_AWUserSink if self.poison_port else _AWSink)(bus.write.aw, clock, reset)
         self.w = _WSink(bus.write.w, clock, reset)
         self.b = _BSource(bus.write.b, clock, reset)
         for src in (self.r, self.b):
@@ -436,7 +496,8 @@ class PmemModel(ClockCount, Reset):
         self.ar_count = self.aw_count = self.r_beats = self.w_beats = self.b_count = 0
         self.acked_writes = 0
         self._first_r_t = self._last_r_t = None
-        self._aw_waiting = deque()  # AW handshaken, data not complete: (awid, addr, len, size, t)
+        # AW handshaken, data not complete: (awid, addr, len, size, t, awuser)
+        self._aw_waiting = deque()
         self._w_waiting = deque()   # complete W bursts whose AW has not arrived: (beats, t_last)
         self._w_beats = []          # beats of the W burst in progress: (wdata, wstrb)
         self._w_bursts = 0          # complete W bursts seen
@@ -581,6 +642,20 @@ class PmemModel(ClockCount, Reset):
         self.ar_count += 1
         lanes, push, lat = self.byte_lanes, self.r.push, self.read_latency
         num_bytes, aligned = self._check_burst("AR", addr, length, size, burst)
+        # the bus word address of each beat
+        if num_bytes == lanes:
+            base = addr - addr % lanes
+            beat_addrs = range(base, base + lanes * length, lanes)
+        else:
+            beat_addrs = [(a - a % lanes) for a in
+                          (addr if n == 0 else aligned + n * num_bytes for n in range(length))]
+        if not self.poison_port:
+            user = ()
+        elif self.mem.poisoned:
+            user = [(int(self.mem.is_poisoned(a)),) for a in beat_addrs]
+        else:
+            user = ((0,),) * length
+        last = length - 1
         if self.fault_rules:
             lo = addr - addr % lanes
             hi = (aligned + num_bytes * length + lanes - 1) // lanes * lanes
@@ -588,30 +663,24 @@ class PmemModel(ClockCount, Reset):
             if spec is not None:
                 data = self._fault_data(spec, lo, hi - lo)
                 resp = int(spec.resp)
-                words = [int.from_bytes(data[i:i + lanes], "little")
-                         for i in range(0, hi - lo, lanes)]
-                if num_bytes != lanes:   # narrow: the bus word around each beat
-                    words = [words[((addr if n == 0 else aligned + n * num_bytes) - lo) // lanes]
-                             for n in range(length)]
+                words = [int.from_bytes(data[a - lo:a - lo + lanes], "little")
+                         for a in beat_addrs]
                 for n, word in enumerate(words):
-                    push(t, lat, (arid, word, int(n == length - 1), resp), None)
+                    push(t, lat, (arid, word, int(n == last), resp, *(user[n] if user else ())),
+                         None)
                 return
         if num_bytes == lanes:
-            base = addr - addr % lanes
             data = self.mem.read(base, lanes * length)
             if length == 1:
-                push(t, lat, (arid, int.from_bytes(data, "little"), 1, 0), None)
+                push(t, lat, (arid, int.from_bytes(data, "little"), 1, 0,
+                              *(user[0] if user else ())), None)
                 return
             words = [int.from_bytes(data[i:i + lanes], "little")
                      for i in range(0, lanes * length, lanes)]
         else:  # narrow: the whole bus word around each beat's address
-            words = []
-            for n in range(length):
-                a = addr if n == 0 else aligned + n * num_bytes
-                words.append(int.from_bytes(self.mem.read(a - a % lanes, lanes), "little"))
-        last = length - 1
+            words = [int.from_bytes(self.mem.read(a, lanes), "little") for a in beat_addrs]
         for n, word in enumerate(words):
-            push(t, lat, (arid, word, int(n == last), 0), None)
+            push(t, lat, (arid, word, int(n == last), 0, *(user[n] if user else ())), None)
 
     def _on_r(self, _):
         t = _now()
@@ -623,10 +692,11 @@ class PmemModel(ClockCount, Reset):
     # ------------------------------------------------------------------ writes
 
     def _on_aw(self, values, t):
-        awid, addr, awlen, size, burst = values
+        awid, addr, awlen, size, burst = values[:5]
+        poison = values[5] if len(values) > 5 else 0
         self.aw_count += 1
         self._check_burst("AW", addr, awlen + 1, size, burst)
-        self._aw_waiting.append((awid, addr, awlen + 1, size, t))
+        self._aw_waiting.append((awid, addr, awlen + 1, size, t, poison))
         if self._w_waiting:
             self._match_writes()
 
@@ -645,7 +715,7 @@ class PmemModel(ClockCount, Reset):
 
     def _match_writes(self):
         while self._aw_waiting and self._w_waiting:
-            awid, addr, length, size, t_aw = self._aw_waiting.popleft()
+            awid, addr, length, size, t_aw, poison = self._aw_waiting.popleft()
             beats, t_w = self._w_waiting.popleft()
             if len(beats) != length:
                 raise PmemProtocolError(f"W: burst for AW at {addr:#x} (awid {awid}) has "
@@ -655,6 +725,7 @@ class PmemModel(ClockCount, Reset):
             rec = WriteRecord(awid, addr, sum(len(d) for _, d in segments),
                               self.cycle_at(t_aw), self.cycle_at(t_done))
             resp = 0
+            applied = True
             if self.fault_rules:
                 nbytes = (1 << size) * length - addr % (1 << size)
                 spec = self._fault("write", addr, nbytes, awid, t_done)
@@ -662,9 +733,13 @@ class PmemModel(ClockCount, Reset):
                     resp = int(spec.resp)
                     if not spec.apply_write:    # nothing reached the media
                         segments = []
-            pw = PendingWrite(rec, segments, [(a, self.mem.read(a, len(d))) for a, d in segments])
+                        applied = False
+            pw = PendingWrite(rec, segments, [(a, self.mem.read(a, len(d))) for a, d in segments],
+                              bool(poison))
             for a, d in segments:
                 self.mem.write(a, d)
+            if applied and self.poison_port:
+                pw.poison_old = poison_update(self.mem, addr, length, size, poison, segments)
             if self.log_writes:
                 self.write_log.append(rec)
             self.unacked.append(pw)

@@ -17,9 +17,16 @@ At the instant :func:`power_fail` is called (the clock "stops"):
 
   several in-flight writes to one word are decided independently, in write (AW) order, so a
   word ends up with the newest surviving write's bytes (or the acknowledged contents);
+* the per-line poison bit (docs/coherence.md, "Poison") errs towards poisoned, with no coin:
+  the acknowledged image's bits are kept, every in-flight write whose AW carried poison
+  (AWUSER) and was accepted poisons the lines of its burst (applied or not, whatever data
+  survived), and a clear by an unacknowledged write is lost (the line stays poisoned). So a
+  poisoned line never reads as good after a failure unless a write that cleared it was
+  acknowledged, and no coin is drawn for poison (the survival draws are those of the data);
 * the staging region becomes garbage: every staging line ever written gets seeded random bytes,
   and the returned image is a :class:`GarbageMemory` whose never-written staging lines read as
-  seeded garbage too (stable: the same line always reads the same bytes).
+  seeded garbage too (stable: the same line always reads the same bytes); staging lines lose
+  their poison bit with their contents.
 
 The result is a :class:`CrashImage`: a copy of the persistent memory plus statistics. Restart
 with :func:`load_image` (fresh media contents for the same PMEM model, its queues and counters
@@ -36,7 +43,7 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-from sw_model.memory import LINE, MemoryImage
+from sw_model.memory import LINE, MemoryImage, lines_of
 
 __all__ = ["GarbageMemory", "CrashImage", "power_fail", "crash_memory", "load_image",
            "word_chunks", "WORD_BYTES"]
@@ -66,6 +73,7 @@ class GarbageMemory(MemoryImage):
     def from_image(cls, mem: MemoryImage, *, regions=(), seed: int = 0) -> "GarbageMemory":
         g = cls(mem.size, mem.fill, regions=regions, seed=seed)
         g._lines = {a: bytearray(v) for a, v in mem._lines.items()}
+        g.poisoned = set(mem.poisoned)
         return g
 
     def garbage_line(self, addr: int) -> bytes:
@@ -99,6 +107,7 @@ class GarbageMemory(MemoryImage):
     def copy(self) -> "GarbageMemory":
         g = GarbageMemory(self.size, self.fill, regions=self.regions, seed=self.seed)
         g._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        g.poisoned = set(self.poisoned)
         return g
 
     def __repr__(self):
@@ -150,14 +159,18 @@ def word_chunks(segments):
 
 
 def crash_memory(mem: MemoryImage, unacked, unapplied, rng: random.Random, *,
-                 staging=None, p_survive: float = 0.5, garbage_seed: int | None = None):
+                 staging=None, p_survive: float = 0.5, garbage_seed: int | None = None,
+                 unapplied_poison=()):
     """The persistent image after a power failure, as a new :class:`GarbageMemory`.
 
-    ``mem``: the media contents now (every applied write in it). ``unacked``: the applied,
-    unacknowledged writes, oldest first, each with ``segments`` and ``old`` (lists of
-    ``(addr, bytes)``, ``old`` the bytes each segment replaced). ``unapplied``: segment lists of
-    accepted-but-unapplied writes, oldest first (their old contents are what ``mem`` holds).
-    ``staging``: ``(base, size)`` made garbage. Returns ``(image, stats dict)``.
+    ``mem``: the media contents now (every applied write in it, and the poison bits).
+    ``unacked``: the applied, unacknowledged writes, oldest first, each with ``segments`` and
+    ``old`` (lists of ``(addr, bytes)``, ``old`` the bytes each segment replaced), ``poison``
+    (its AWUSER) and ``poison_old`` (``(line address, bit before)`` of every line whose poison
+    bit it wrote). ``unapplied``: segment lists of accepted-but-unapplied writes, oldest first
+    (their old contents are what ``mem`` holds). ``unapplied_poison``: line addresses of the
+    accepted-but-unapplied bursts whose AW carried poison. ``staging``: ``(base, size)`` made
+    garbage. Returns ``(image, stats dict)``.
     """
     if not 0.0 <= p_survive <= 1.0:
         raise ValueError(f"p_survive must be in [0, 1], got {p_survive}")
@@ -166,6 +179,15 @@ def crash_memory(mem: MemoryImage, unacked, unapplied, rng: random.Random, *,
     for pw in reversed(list(unacked)):
         for a, old in pw.old:
             img.write(a, old)
+        for la, was in reversed(pw.poison_old):
+            img.set_poison(la, was)
+    # poison errs towards poisoned: every accepted poisoned write marks its lines, no coin
+    for pw in unacked:
+        if pw.poison:
+            for la, _was in pw.poison_old:
+                img.set_poison(la, True)
+    for la in unapplied_poison:
+        img.set_poison(la, True)
     # 2. replay every in-flight write in order, one coin per (write, word)
     survived = lost = 0
     rnd = rng.random
@@ -189,19 +211,23 @@ def crash_memory(mem: MemoryImage, unacked, unapplied, rng: random.Random, *,
         for a in [a for a in out._lines if base <= a < base + size]:
             out._lines[a] = bytearray(grng.randbytes(LINE))
             n_staging += 1
+        out.poisoned = {a for a in out.poisoned if not base <= a < base + size}
     return out, {"words_survived": survived, "words_lost": lost, "staging_lines": n_staging,
                  "garbage_seed": garbage_seed}
 
 
 def _unapplied_bursts(pmem):
-    """(segment lists with data, count of bursts without data) of the accepted-but-unapplied
-    writes of a :class:`cosim.pmem.PmemModel`."""
+    """(segment lists with data, count of bursts without data, line addresses of the bursts
+    whose AW carried poison) of the accepted-but-unapplied writes of a
+    :class:`cosim.pmem.PmemModel`."""
     with_data, without = [], 0
     aw = list(pmem._aw_waiting)
+    poisoned = [la for awid, addr, length, size, _t, poison in aw if poison
+                for la in lines_of(addr, addr - addr % (1 << size) + (length << size) - addr)]
     # AXI4 has no WID: W beats arrive in AW order. _match_writes pairs eagerly, so when an AW
     # waits, no complete W burst does, and the beats in progress belong to the oldest AW.
     if aw and pmem._w_beats:
-        awid, addr, length, size, _t = aw[0]
+        awid, addr, length, size, _t, _poison = aw[0]
         beats = pmem._w_beats[:length]
         with_data.append(pmem._segments(addr, size, beats))
         without += len(aw) - 1
@@ -210,7 +236,7 @@ def _unapplied_bursts(pmem):
         if pmem._w_beats:
             without += 1
     without += len(pmem._w_waiting)
-    return with_data, without
+    return with_data, without, poisoned
 
 
 def power_fail(pmem, rng: random.Random, staging=None, *, p_survive: float = 0.5,
@@ -222,10 +248,10 @@ def power_fail(pmem, rng: random.Random, staging=None, *, p_survive: float = 0.5
     source of every random choice (survival coins, garbage). The PMEM model is not modified;
     the image is a copy."""
     unacked = list(pmem.unacked)
-    unapplied, no_data = _unapplied_bursts(pmem)
+    unapplied, no_data, unapplied_poison = _unapplied_bursts(pmem)
     seed_hint = getattr(rng, "seed_value", None)
     img, st = crash_memory(pmem.mem, unacked, unapplied, rng, staging=staging,
-                           p_survive=p_survive)
+                           p_survive=p_survive, unapplied_poison=unapplied_poison)
     return CrashImage(mem=img, cycle=cycle, seed=seed_hint,
                       words_survived=st["words_survived"], words_lost=st["words_lost"],
                       applied_unacked=len(unacked), unapplied=len(unapplied),

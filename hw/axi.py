@@ -17,17 +17,23 @@ RESP_SLVERR = 0b10
 
 class AXI4Signature(wiring.Signature):
     """AXI4 master signature: ``addr_width``, ``data_width`` (bits, power of two >= 8),
-    ``id_width``. No lock/cache/prot/qos/user signals (the slave sees them as absent/zero)."""
+    ``id_width``; ``user_width`` > 0 adds ``awuser`` (out) and ``ruser`` (in) of that width (the
+    media port's per-line poison bit, docs/coherence.md). No lock/cache/prot/qos signals, no
+    ARUSER/WUSER/BUSER (the slave sees them as absent/zero)."""
 
-    def __init__(self, *, addr_width, data_width, id_width):
+    def __init__(self, *, addr_width, data_width, id_width, user_width=0):
         if not isinstance(addr_width, int) or addr_width < 12:
             raise ValueError(f"addr_width must be an int >= 12, got {addr_width!r}")
         if data_width not in (8, 16, 32, 64, 128, 256, 512, 1024):
             raise ValueError(f"data_width must be a power of two 8..1024, got {data_width!r}")
         if not isinstance(id_width, int) or id_width < 1:
             raise ValueError(f"id_width must be an int >= 1, got {id_width!r}")
+        if not isinstance(user_width, int) or user_width < 0:
+            raise ValueError(f"user_width must be an int >= 0, got {user_width!r}")
         self.addr_width, self.data_width, self.id_width = addr_width, data_width, id_width
+        self.user_width = user_width
         sw = data_width // 8
+        user = {"awuser": Out(user_width), "ruser": In(user_width)} if user_width else {}
         super().__init__({
             "awid": Out(id_width), "awaddr": Out(addr_width), "awlen": Out(8), "awsize": Out(3),
             "awburst": Out(2), "awvalid": Out(1), "awready": In(1),
@@ -38,15 +44,17 @@ class AXI4Signature(wiring.Signature):
             "arburst": Out(2), "arvalid": Out(1), "arready": In(1),
             "rid": In(id_width), "rdata": In(data_width), "rresp": In(2), "rlast": In(1),
             "rvalid": In(1), "rready": Out(1),
+            **user,
         })
 
     def __eq__(self, other):
         return (isinstance(other, AXI4Signature) and self.addr_width == other.addr_width and
-                self.data_width == other.data_width and self.id_width == other.id_width)
+                self.data_width == other.data_width and self.id_width == other.id_width and
+                self.user_width == other.user_width)
 
     def __repr__(self):
         return (f"AXI4Signature(addr_width={self.addr_width}, data_width={self.data_width}, "
-                f"id_width={self.id_width})")
+                f"id_width={self.id_width}, user_width={self.user_width})")
 
 
 class AXI4LiteSignature(wiring.Signature):

@@ -50,7 +50,6 @@ class DeviceConfig:
     host_reads: int = 256      # host media reads in flight (DRS context FIFO depth)
     host_writes: int = 256     # host media writes in flight (Cmp context FIFO depth)
     wr_buckets: int = 256      # hashed in-flight-write counters that order host reads after writes
-    poison_lines: int = 8      # lines remembered as poisoned by host writes
     # training state (docs/training.md)
     log_set_sets: int = 1024   # logged-set sets (power of two); exact per-batch set of rows
     log_set_ways: int = 8      # logged-set ways (8192 rows per batch): enough that a batch of
@@ -103,7 +102,7 @@ class DeviceConfig:
         for name, lo, hi in (("sf_sets", 1, 4096), ("sf_ways", 1, 16), ("bi_tags", 1, 64),
                              ("park_slots", 1, 16), ("host_reads", 2, 4096),
                              ("host_writes", 2, 4096), ("wr_buckets", 1, 4096),
-                             ("poison_lines", 1, 64), ("log_set_sets", 1, 4096),
+                             ("log_set_sets", 1, 4096),
                              ("log_set_ways", 1, 8), ("log_window", 1, 8192),
                              ("log_buffer_lines", 2, 16384),
                              ("upd_rows", 16, 4096)):

@@ -102,7 +102,8 @@ class DcohError(enum.IntEnum):
     ILLEGAL_RWD = 4      # RwD opcode/SnpType/meta combination not in the legal table
     BIRSP_TAG = 5        # BIRsp for a BITag with no BISnp outstanding (rule 7)
     BIRSP_KIND = 6       # BIRsp opcode not allowed for the BISnp it answers (incl. Blk)
-    POISON_FULL = 7      # poisoned write while the poison table is full: write dropped
+    # 7 is reserved: no error of poisoned writes exists (the media keeps poison per line, so
+    # nothing can run out of room); the code stays unused so the others keep their values
     SF_MISS_OWNED = 8    # MemWr keeping A/S for a line the snoop filter does not hold
     MEDIA = 9            # media error on a host read (data sent with poison)
 

@@ -13,6 +13,9 @@ Contract:
   on responses the id FIFO must hold the id, which adds at most one cycle when the slave answers
   in the cycle right after AR.
 - ``rd_resp.err`` / ``wr_resp.err`` are set when any beat's RRESP, or BRESP, is not OKAY.
+- Poison (docs/coherence.md, "Poison"): ``wr_req.poison`` goes out as AWUSER (one bit, the
+  whole line); ``rd_resp.poison`` is set when any beat's RUSER is 1. The media keeps the bit per
+  line; this adapter only carries it.
 """
 from amaranth.hdl import Cat, Const, Signal, Module
 from amaranth.lib import fifo, wiring
@@ -23,12 +26,20 @@ from .axi import AXI4Signature, BURST_INCR, RESP_OKAY
 from .config import DeviceConfig
 from .reqport import DeviceRequestSignature, ID_BITS, LINE_BITS
 
-__all__ = ["MediaAXI"]
+__all__ = ["MediaAXI", "media_axi_signature"]
+
+
+def media_axi_signature(cfg: DeviceConfig) -> AXI4Signature:
+    """The media port's AXI4 master signature: ``cfg``'s widths, one poison bit on AWUSER and
+    RUSER."""
+    return AXI4Signature(addr_width=cfg.addr_bits, data_width=cfg.media_data_bits,
+                         id_width=cfg.axi_id_bits, user_width=1)
 
 
 class MediaAXI(wiring.Component):
-    """The device request port (responder side) onto an AXI4 master (contract in the module
-    docstring: one INCR burst per line, AXI ID 0, in-order responses).
+    """The media side of the device request port (responder side) onto an AXI4 master
+    (contract in the module docstring: one INCR burst per line, AXI ID 0, in-order responses,
+    the poison bit on AWUSER/RUSER).
 
     Parameters
     ----------
@@ -37,9 +48,10 @@ class MediaAXI(wiring.Component):
 
     Members
     -------
-    port : In(DeviceRequestSignature(cfg.addr_bits))
-        Line requests; ``rd_resp.err``/``wr_resp.err`` when any RRESP, or BRESP, is not OKAY.
-    axi : Out(AXI4Signature(...))
+    port : In(DeviceRequestSignature(cfg.addr_bits, poison=True))
+        Line requests; ``rd_resp.err``/``wr_resp.err`` when any RRESP, or BRESP, is not OKAY;
+        ``wr_req.poison`` → AWUSER, ``rd_resp.poison`` when any beat's RUSER is 1.
+    axi : Out(media_axi_signature(cfg))
         The AXI4 master.
 
     Raises
@@ -53,9 +65,8 @@ class MediaAXI(wiring.Component):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
         self._cfg = cfg
         super().__init__({
-            "port": In(DeviceRequestSignature(cfg.addr_bits)),
-            "axi": Out(AXI4Signature(addr_width=cfg.addr_bits, data_width=cfg.media_data_bits,
-                                     id_width=cfg.axi_id_bits)),
+            "port": In(DeviceRequestSignature(cfg.addr_bits, poison=True)),
+            "axi": Out(media_axi_signature(cfg)),
         })
 
     def elaborate(self, platform):
@@ -83,21 +94,24 @@ class MediaAXI(wiring.Component):
         rbeat = Signal(range(beats)) if beats > 1 else Const(0, 1)
         rlast_beat = (rbeat == beats - 1)
         r_err = Signal()             # error seen on an earlier beat of this burst
+        r_poison = Signal()          # RUSER (poison) seen on an earlier beat of this burst
         rbuf = [Signal(dw, name=f"rbuf{i}") for i in range(beats - 1)]
         m.d.comb += [
             port.rd_resp.valid.eq(axi.rvalid & rlast_beat & rd_ids.r_rdy),
             port.rd_resp.payload.id.eq(rd_ids.r_data),
             port.rd_resp.payload.data.eq(Cat(*rbuf, axi.rdata)),
             port.rd_resp.payload.err.eq(r_err | (axi.rresp != RESP_OKAY)),
+            port.rd_resp.payload.poison.eq(r_poison | axi.ruser),
             axi.rready.eq(~rlast_beat | (port.rd_resp.ready & rd_ids.r_rdy)),
             rd_ids.r_en.eq(port.rd_resp.valid & port.rd_resp.ready),
         ]
         with m.If(axi.rvalid & axi.rready):
             if beats > 1:
                 with m.If(rlast_beat):
-                    m.d.sync += [rbeat.eq(0), r_err.eq(0)]
+                    m.d.sync += [rbeat.eq(0), r_err.eq(0), r_poison.eq(0)]
                 with m.Else():
-                    m.d.sync += [rbeat.eq(rbeat + 1), r_err.eq(r_err | (axi.rresp != RESP_OKAY))]
+                    m.d.sync += [rbeat.eq(rbeat + 1), r_err.eq(r_err | (axi.rresp != RESP_OKAY)),
+                                 r_poison.eq(r_poison | axi.ruser)]
                     with m.Switch(rbeat):
                         for i in range(beats - 1):
                             with m.Case(i):
@@ -115,6 +129,7 @@ class MediaAXI(wiring.Component):
             axi.awlen.eq(beats - 1),
             axi.awsize.eq(size),
             axi.awburst.eq(BURST_INCR),
+            axi.awuser.eq(req.payload.poison),
             axi.awvalid.eq(req.valid & wr_ids.w_rdy & ~aw_done),
             axi.wvalid.eq(req.valid & wr_ids.w_rdy & ~w_done),
             axi.wlast.eq(wbeat == beats - 1),

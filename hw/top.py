@@ -17,7 +17,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .axi import AXI4LiteSignature, AXI4Signature
+from .axi import AXI4LiteSignature
 from .cmdproc.processor import CommandProcessor, RING_REGS
 from .config import DeviceConfig
 from .csr.regblock import CsrBlock, csr_offsets
@@ -25,7 +25,7 @@ from .cxl.messages import connect_host_channels, host_channel_members
 from .dcoh import DCOH, forward_status, status_members
 from .encodings import N_TABLES
 from .gather import GatherReduce
-from .media_axi import MediaAXI
+from .media_axi import MediaAXI, media_axi_signature
 from .persist.engine import PersistEngine
 from .snapshot import SnapshotEngine
 from .port_mux import RequestPortMux
@@ -55,7 +55,7 @@ class TrainingCXLDevice(wiring.Component):
     -------
     s_axil : In(AXI4LiteSignature(addr_width=12, data_width=32))
         CSRs (register map docs/registers.md).
-    m_axi : Out(AXI4Signature(addr_width=cfg.addr_bits, data_width=cfg.media_data_bits, ...))
+    m_axi : Out(media_axi_signature(cfg))
         AXI4 master to the PMEM controller (one ID: in-order).
     irq : Out(1)
         Level: ``|(IRQ_STATUS & IRQ_ENABLE)``.
@@ -77,8 +77,7 @@ class TrainingCXLDevice(wiring.Component):
         ab = cfg.addr_bits
         super().__init__({
             "s_axil": In(AXI4LiteSignature(addr_width=12, data_width=32)),
-            "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
-                                       id_width=cfg.axi_id_bits)),
+            "m_axi": Out(media_axi_signature(cfg)),
             "irq": Out(1),
             **host_channel_members(),
             **status_members(ab),

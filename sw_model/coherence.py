@@ -26,7 +26,8 @@ from hw.cxl_encodings import (M2S_REQ_FIELDS, M2S_RWD_FIELDS, BIRspOpcode, BISnp
                               RwDOpcode, SnpType)
 
 __all__ = ["Answer", "CoherenceViolation", "HostPermission", "LineValueChecker", "NXM_DATA",
-           "expected_req", "expected_rwd", "host_region", "birsp_allowed", "sf_after_birsp"]
+           "expected_req", "expected_rwd", "host_region", "birsp_allowed", "sf_after_birsp",
+           "media_poison_after"]
 
 # Data of a DRS MemData-NXM (always sent with poison 1)
 NXM_DATA = b"\xff" * LINE_BYTES
@@ -226,11 +227,13 @@ def expected_rwd(cfg: DeviceConfig, hdr, sf: str | None = None) -> Answer:
     3. Outside HDM is ``NXM``; superblock, slots and log are ``REFUSED``: Cmp, nothing written.
     4. table/staging: the table row; the Cmp leaves after the media write is persistent (B).
 
-    Poison (stateful, not in ``Answer``): a MemWr/MemWrPtl with ``poison`` 1 that this function
-    answers with ``media_write`` is written and its line entered in the poison table; if the
-    table is full it is dropped instead (``POISON_FULL``, Cmp, no media write). A full-line
-    (``be`` all ones) non-poisoned write removes the line; host reads of a listed line get
-    MemData with poison 1, device reads ``err`` 1.
+    Poison is media state, not in ``Answer``: a MemWr/MemWrPtl that this function answers with
+    ``media_write`` goes to the media with its ``poison`` bit, whatever it is (no error, never
+    dropped). The media keeps one poison bit per line: a poisoned write sets it, a
+    non-poisoned write of all 64 bytes (MemWr, MemWrPtl with ``be`` all ones, a device write
+    with all byte enables) clears it, a partial non-poisoned write leaves it; host reads of a
+    poisoned line get MemData with poison 1, device reads ``err`` 1 (:func:`media_poison_after`
+    is the rule; docs/coherence.md, "Poison").
     """
     if sf not in (None, "I", "S", "A"):
         raise ValueError(f"sf must be None, 'I', 'S' or 'A', got {sf!r}")
@@ -252,6 +255,15 @@ def expected_rwd(cfg: DeviceConfig, hdr, sf: str | None = None) -> Answer:
     if row.sf_after in ("A", "S") and sf == "I":
         return replace(row, sf_after=None, grant=None, error=DcohError.SF_MISS_OWNED, tag=tag)
     return replace(row, tag=tag)
+
+
+def media_poison_after(poisoned: bool, write_poison: bool, be: int) -> bool:
+    """The media's poison bit of a line after a write to it (docs/coherence.md, "Poison"):
+    set by a poisoned write (any byte enables, none included), cleared by a non-poisoned
+    write of all 64 bytes (``be`` all ones), unchanged by a partial non-poisoned write."""
+    if write_poison:
+        return True
+    return poisoned and be != (1 << LINE_BYTES) - 1
 
 
 # =============================================================================================
@@ -534,10 +546,13 @@ class _Write:
 
 
 class _Line:
-    __slots__ = ("init", "writes", "covered", "max_re", "max_rs", "pruned_at", "prune_len")
+    __slots__ = ("init", "writes", "covered", "max_re", "max_rs", "pruned_at", "prune_len",
+                 "ever_poisoned", "poison_unknown")
 
     def __init__(self, init: int, prune_len: int):
         self.init = init
+        self.ever_poisoned = False       # a poisoned write was reported
+        self.poison_unknown = False      # a write deciding the poison bit was pruned
         self.writes: list[_Write] = []   # sorted by end time (in-flight writes last)
         self.covered = 0                 # bytes written by pruned writes (all ended before horizon)
         self.max_re = -_INF              # latest end of a read already checked
@@ -594,9 +609,15 @@ class LineValueChecker:
     cache are reads from accept to their MemData, device reads from request to response.
 
     Poison is not a value: ``read(..., poison=True)`` is counted in ``stats["poisoned_reads"]``
-    and not checked; ``write(..., poison=True)`` is recorded like any write (its data is what
-    the media holds), only labelled. A write the DCOH drops (``POISON_FULL``, refused, NXM,
-    illegal) must not be reported.
+    and its data not checked; ``write(..., poison=True)`` is recorded like any write (its data
+    is what the media holds), labelled. The poison bit of every read is checked against the
+    media rule (:func:`media_poison_after`; lines start unpoisoned): a read may return poison
+    1 (0) only if a poisoned write (a non-poisoned full-line write, or the initial state) is a
+    candidate for the last write deciding the bit, by the same interval rule as a byte's value
+    (``CoherenceViolation`` kind "poison"). Partial non-poisoned writes decide nothing. On a
+    line that never had a poisoned write the bit must be 0; once a deciding write of a line
+    that had one is pruned, that line's bit is no longer checked. A write the DCOH does not make (refused, NXM, illegal) must
+    not be reported.
 
     ``read`` returns None when explained; otherwise it raises ``CoherenceViolation`` (or, with
     ``raise_on_violation=False``, returns it and appends it to ``violations``). The message has
@@ -669,6 +690,7 @@ class LineValueChecker:
                 f"reads they may explain")
         self.stats["writes"] += 1
         self.stats["poisoned_writes"] += bool(poison)
+        L.ever_poisoned |= bool(poison)
         w = _Write(t_start, t_end, int.from_bytes(data, "little"), _byte_mask(be), be, who,
                    bool(poison))
         insort(L.writes, w, key=_we)
@@ -706,6 +728,10 @@ class LineValueChecker:
                 covered |= w.mask
             pending.append(w)
         keep.reverse()
+        if L.ever_poisoned and not L.poison_unknown:
+            kept = {id(w) for w in keep}
+            L.poison_unknown = any(id(w) not in kept and (w.poison or w.be == _ALL_BE)
+                                   for w in ws[:n])
         self.stats["pruned"] += n - len(keep)
         L.covered = covered
         L.writes = keep + ws[n:]
@@ -798,12 +824,24 @@ class LineValueChecker:
         if t_start < self.horizon:
             raise ValueError(f"read of line {line:#x} by {who} starting at {t_start} reported "
                              f"after the horizon moved to {self.horizon}")
+        L = self._line(line)
+        possible = self._poison_possible(L, t_start, t_end)
+        if bool(poison) not in possible:
+            self.stats["violations"] += 1
+            self._seen(t_end)
+            v = CoherenceViolation("poison", line, (
+                f"read [{t_start}, {t_end}] returned poison {int(bool(poison))}; deciding "
+                f"writes: {[w.source() for w in self._deciding(L)] or 'none'} (lines start "
+                f"unpoisoned)"), who=who, times=(t_start, t_end))
+            if self.raise_on_violation:
+                raise v
+            self.violations.append(v)
+            return v
         if poison:
             self.stats["poisoned_reads"] += 1
             self._seen(t_end)
             return None
         data = self._data(data, "read")
-        L = self._line(line)
         if L.pruned_at < self.horizon and len(L.writes) > L.prune_len:
             self._prune(L)
         self.stats["reads"] += 1
@@ -822,6 +860,26 @@ class LineValueChecker:
             raise v
         self.violations.append(v)
         return v
+
+    @staticmethod
+    def _deciding(L: _Line) -> list:
+        """The writes of ``L`` that decide its poison bit: poisoned, or of all 64 bytes."""
+        return [w for w in L.writes if w.poison or w.be == _ALL_BE]
+
+    def _poison_possible(self, L: _Line, rs: int, re: int) -> set:
+        """The poison bits a read of ``L`` over ``[rs, re]`` may return."""
+        if not L.ever_poisoned:
+            return {False}
+        if L.poison_unknown:
+            return {False, True}
+        deciding = self._deciding(L)
+        done = [w for w in deciding if w.we < rs]
+        out = {w.poison for w in deciding
+               if w.ws <= re and w.we >= rs or
+               w.we < rs and not any(u.ws > w.we for u in done)}
+        if not done:
+            out.add(False)
+        return out
 
     def advance(self, horizon: int) -> None:
         """Promise that every read reported from now on starts at or after ``horizon``."""

@@ -12,9 +12,11 @@ Output: the trace the device must produce, as semantic events (docs/traces.md):
   the expected data under ``mask`` (``data`` None: not determined by the contract at that
   moment, e.g. a poll while descriptors execute);
 * ``cxl``: per host request (key ``tag`` + ``n``, the n-th use of that tag): the expected NDR
-  and DRS opcodes (``sw_model.coherence``) and, for reads, the line's data;
+  and DRS opcodes (``sw_model.coherence``) and, for reads, the line's data and poison bit (the
+  media's, ``sw_model.coherence.media_poison_after`` over the writes before);
 * ``mwr``: every media write the device must make, per line (key ``addr`` + ``k``, the k-th
-  write of that line), with byte enables and data (bytes not enabled are 0);
+  write of that line), with byte enables, data (bytes not enabled are 0) and the poison bit
+  the write carries to the media (``poison``, 1 only for a host write with poison);
 * ``mrd``: every line the device must read from the media, once per power-on epoch (the
   first read; key ``addr``);
 * ``cpl``: every completion (key ``n``), all ``CPL_FIELDS`` but ``cycles``, and its ring slot;
@@ -40,7 +42,7 @@ from hw.config import DeviceConfig
 from hw.csr.regmap import regmap_document
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, N_TABLES, SB_FIELDS, DescKind, DeviceError,
                           unpack_fields)
-from .coherence import NXM_DATA, expected_req, expected_rwd
+from .coherence import NXM_DATA, expected_req, expected_rwd, media_poison_after
 from .memory import MemoryImage
 from .training import TrainingDevice
 
@@ -103,14 +105,15 @@ def _be_of(offset: int, n: int) -> int:
 
 class LineOverlay:
     """Media writes since the start of a trace, per 64 B line: content and written-byte mask.
-    ``write(line_addr, data64, be)`` applies one line write and returns its ``mwr`` event;
+    ``write(line_addr, data64, be, poison)`` applies one line write and returns its ``mwr``
+    event;
     ``image(regions)`` the per-line hashes of the lines inside ``regions`` [(base, size)]."""
 
     def __init__(self):
         self.lines: dict[int, list] = {}       # addr -> [bytearray(64), mask]
         self.count: dict[int, int] = {}
 
-    def write(self, addr: int, data: bytes, be: int) -> dict:
+    def write(self, addr: int, data: bytes, be: int, poison: int = 0) -> dict:
         ent = self.lines.setdefault(addr, [bytearray(LINE), 0])
         buf = bytearray(LINE)
         for i in range(LINE):
@@ -120,7 +123,8 @@ class LineOverlay:
         ent[1] |= be
         k = self.count.get(addr, 0)
         self.count[addr] = k + 1
-        return {"ev": "mwr", "addr": addr, "k": k, "be": hexbe(be), "data": bytes(buf).hex()}
+        return {"ev": "mwr", "addr": addr, "k": k, "be": hexbe(be), "data": bytes(buf).hex(),
+                "poison": int(poison)}
 
     def image(self, regions, skip=()) -> dict:
         """Per-line hashes of the written lines inside ``regions``; the bytes of ``skip``
@@ -213,6 +217,7 @@ class _RecMem(MemoryImage):
     def copy(self):                             # pragma: no cover - not used on the model side
         m = MemoryImage(self.size, self.fill)
         m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        m.poisoned = set(self.poisoned)
         return m
 
 
@@ -261,7 +266,10 @@ class _Replay:
             o = a - la
             k = min(LINE - o, n - i)
             line = bytes(o) + data[i:i + k] + bytes(LINE - o - k)
-            ev = self.overlay.write(la, line, _be_of(o, k))
+            be = _be_of(o, k)
+            if k == LINE:       # a device write of the whole line clears the media's poison
+                self.mem.set_poison(la, False)
+            ev = self.overlay.write(la, line, be)
             if self._cpl_write:
                 ev["cpl_line"] = True
             self._emit(ev)
@@ -471,12 +479,14 @@ class _Replay:
         self.overlay = LineOverlay()
 
     def load(self, a: dict):
-        """The media replaced by an image (in reset): exactly the given lines, zeros elsewhere."""
+        """The media replaced by an image (in reset): exactly the given lines, zeros elsewhere,
+        and the given poisoned lines (none if absent)."""
         lines = {int(k, 16): bytes.fromhex(v) for k, v in a["lines"].items()}
         for addr, data in lines.items():
             if addr % LINE or len(data) != LINE:
                 raise ValueError(f"load: line {addr:#x} must be a whole aligned line")
         self.mem._lines.clear()
+        self.mem.poisoned = {int(k, 16) & ~(LINE - 1) for k in a.get("poisoned", ())}
         self.mem.backdoor = True
         try:
             for addr, data in sorted(lines.items()):
@@ -512,7 +522,10 @@ class _Replay:
                 line = MemoryImage.read(self.mem, h["addr"] * LINE, LINE)   # no media read
                 merged = bytes(data[i] if be >> i & 1 else line[i] for i in range(LINE))
                 super(_RecMem, self.mem).write(h["addr"] * LINE, merged)
-                self._emit(self.overlay.write(h["addr"] * LINE, data, be))
+                poison = int(h.get("poison", 0))
+                self.mem.set_poison(h["addr"] * LINE, media_poison_after(
+                    self.mem.is_poisoned(h["addr"] * LINE), poison, be))
+                self._emit(self.overlay.write(h["addr"] * LINE, data, be, poison))
             return
         ans = expected_req(self.cfg, h)
         if ans.grant in ("S", "E"):
@@ -522,7 +535,8 @@ class _Replay:
             ev["drs"] = []
         elif ans.drs == 0:          # MemData
             data = self.mem.read(h["addr"] * LINE, LINE).hex() if self.synced else None
-            ev["drs"] = [{"opcode": 0, "poison": 0, "data": data}]
+            poison = int(self.mem.is_poisoned(h["addr"] * LINE))
+            ev["drs"] = [{"opcode": 0, "poison": poison, "data": data}]
         else:
             ev["drs"] = [{"opcode": int(ans.drs), "poison": 1, "data": NXM_DATA.hex()}]
         self._emit(ev)

@@ -2,11 +2,20 @@
 
 ``read(address, length)`` / ``write(address, data)`` have the signatures of cocotbext-axi's
 ``SparseMemory`` so the two are interchangeable. Bytes never written read as ``fill``.
+
+Besides the bytes, each line has one bit of media metadata, *poisoned* (docs/coherence.md,
+"Poison"): ``set_poison`` / ``is_poisoned`` / ``poisoned_lines``. ``write`` leaves it alone;
+the PMEM models decide when a write sets or clears it.
 """
 import numpy as np
 
 LINE = 64
 _MASK = ~(LINE - 1)
+
+
+def lines_of(address: int, length: int) -> range:
+    """Addresses of the 64 B lines that bytes ``[address, address + length)`` touch."""
+    return range(address - address % LINE, address + length, LINE)
 
 
 def _hexline(addr: int, chunk: bytes) -> str:
@@ -29,7 +38,9 @@ def _int_array(arr, dtype, lo: int, hi: int, what: str) -> np.ndarray:
 class MemoryImage:
     """Sparse memory of ``size`` bytes (addresses ``[0, size)``), unwritten bytes read as ``fill``.
 
-    A line counts as written (``lines()``) once any byte of it has been written.
+    A line counts as written (``lines()``) once any byte of it has been written. ``poisoned`` is
+    the set of line addresses whose poison bit is set (any line, written or not); it is part of
+    the image (``copy``, ``diff``, ``==``).
     """
 
     def __init__(self, size: int = 1 << 52, fill: int = 0):
@@ -39,6 +50,7 @@ class MemoryImage:
         self.fill = fill
         self._fill_line = bytes([fill]) * LINE
         self._lines: dict[int, bytearray] = {}
+        self.poisoned: set[int] = set()
 
     def _check(self, address: int, length: int):
         if length < 0:
@@ -112,6 +124,24 @@ class MemoryImage:
         get, fl = self._lines.get, self._fill_line
         return b"".join([get(a, fl) for a in addrs.tolist()])
 
+    # --- per-line poison -----------------------------------------------------------------------------
+    def is_poisoned(self, address: int) -> bool:
+        """The poison bit of the line holding byte ``address``."""
+        return (int(address) & _MASK) in self.poisoned
+
+    def set_poison(self, address: int, poisoned: bool = True):
+        """Set (or clear) the poison bit of the line holding byte ``address``."""
+        address = int(address)
+        self._check(address, 1)
+        if poisoned:
+            self.poisoned.add(address & _MASK)
+        else:
+            self.poisoned.discard(address & _MASK)
+
+    def poisoned_lines(self) -> list[int]:
+        """Sorted addresses of the poisoned lines."""
+        return sorted(self.poisoned)
+
     # --- inspection ---------------------------------------------------------------------------------
     def lines(self) -> list[int]:
         """Sorted addresses of the lines written so far."""
@@ -120,29 +150,34 @@ class MemoryImage:
     def copy(self) -> "MemoryImage":
         m = MemoryImage(self.size, self.fill)
         m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        m.poisoned = set(self.poisoned)
         return m
 
     def diff(self, other: "MemoryImage", limit: int = 10) -> list[tuple[int, str]]:
         """Up to ``limit`` differing lines (by content, unwritten = fill), in address order.
 
         Each entry is ``(address of the first differing byte, description)`` where the
-        description hexdumps the line in both images and marks the differing bytes with ``^^``.
+        description hexdumps the line in both images and marks the differing bytes with ``^^``;
+        a line whose poison bit differs is listed too (its address, "poison self=.. other=..").
         """
         out = []
-        for la in sorted(self._lines.keys() | other._lines.keys()):
+        p_self, p_other = set(self.poisoned), set(other.poisoned)
+        for la in sorted(self._lines.keys() | other._lines.keys() | (p_self ^ p_other)):
             x = bytes(self._lines.get(la, self._fill_line))
             y = bytes(other._lines.get(la, other._fill_line))
-            if x == y:
+            ps, po = la in p_self, la in p_other
+            if x == y and ps == po:
                 continue
             bad = [i for i in range(LINE) if x[i] != y[i]]
-            desc = [f"line {la:#x}: {len(bad)} byte(s) differ"]
+            desc = [f"line {la:#x}: {len(bad)} byte(s) differ"
+                    + (f", poison self={int(ps)} other={int(po)}" if ps != po else "")]
             for o in range(0, LINE, 16):
                 if any(o <= i < o + 16 for i in bad):
                     desc.append("  self  " + _hexline(la + o, x[o:o + 16]))
                     desc.append("  other " + _hexline(la + o, y[o:o + 16]))
                     marks = "".join("^^ " if x[i] != y[i] else "   " for i in range(o, o + 16))
                     desc.append("  " + " " * 18 + marks.rstrip())
-            out.append((la + bad[0], "\n".join(desc)))
+            out.append((la + (bad[0] if bad else 0), "\n".join(desc)))
             if len(out) >= limit:
                 break
         return out

@@ -59,6 +59,10 @@ def _lib():
             "tcxl_pmem_mem_write": (None, [u64, ctypes.c_char_p, u64]),
             "tcxl_pmem_mem_clear": (None, []),
             "tcxl_pmem_mem_version": (u64, []),
+            "tcxl_pmem_poison_get": (ctypes.c_int, [u64]),
+            "tcxl_pmem_poison_set": (None, [u64, ctypes.c_int]),
+            "tcxl_pmem_poison_count": (u64, []),
+            "tcxl_pmem_poison_dump": (None, [p]),
             "tcxl_pmem_mem_nlines": (u64, []),
             "tcxl_pmem_mem_dump": (None, [p, p]),
             "tcxl_pmem_stats": (None, [p]),
@@ -92,7 +96,8 @@ def protocol_error() -> str:
 class CppMemory(MemoryImage):
     """The C++ model's media as a :class:`MemoryImage`: ``read``/``write`` go to the C++ line
     store; ``_lines`` (and so ``lines``, ``copy``, ``diff``) is a snapshot of it, taken again
-    only after the store changed."""
+    only after the store changed. The poison bits live in C++ too: ``is_poisoned`` /
+    ``set_poison`` call it, ``poisoned`` is a fresh copy (a frozenset) on each access."""
 
     def __init__(self, size: int):
         # (not MemoryImage.__init__: its line dict is the property below)
@@ -119,6 +124,27 @@ class CppMemory(MemoryImage):
     def _lines(self, value):
         raise AttributeError("CppMemory: assign a whole image through CppPmemModel.mem")
 
+    @property
+    def poisoned(self) -> frozenset:
+        lib = self._lib
+        n = lib.tcxl_pmem_poison_count()
+        out = (ctypes.c_ulonglong * n)()
+        lib.tcxl_pmem_poison_dump(out)
+        return frozenset(out)
+
+    @poisoned.setter
+    def poisoned(self, value):
+        raise AttributeError("CppMemory: set poison bits with set_poison or a whole image "
+                             "through CppPmemModel.mem")
+
+    def is_poisoned(self, address: int) -> bool:
+        return bool(self._lib.tcxl_pmem_poison_get(int(address)))
+
+    def set_poison(self, address: int, poisoned: bool = True):
+        address = int(address)
+        self._check(address, 1)
+        self._lib.tcxl_pmem_poison_set(address, int(bool(poisoned)))
+
     def read(self, address: int, length: int, **kwargs) -> bytes:
         address, length = int(address), int(length)
         self._check(address, length)
@@ -144,6 +170,8 @@ class CppMemory(MemoryImage):
         lib.tcxl_pmem_mem_clear()
         for a, line in image._lines.items():     # in its order (see pmem_dpi.cpp)
             lib.tcxl_pmem_mem_write(a, bytes(line), LINE)
+        for a in image.poisoned:
+            lib.tcxl_pmem_poison_set(a, 1)
         regions = tuple(getattr(image, "regions", ()))
         if regions:
             make = image.garbage_line
@@ -158,6 +186,7 @@ class CppMemory(MemoryImage):
     def copy(self) -> MemoryImage:
         m = MemoryImage(self.size, self.fill)
         m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        m.poisoned = set(self.poisoned)
         return m
 
     def __repr__(self):
@@ -230,6 +259,7 @@ class CppPmemModel(ClockCount):
         lib.tcxl_pmem_set_fault_hook(_FAULT_FN())      # no rules yet: no calls into Python
         self.width = len(getattr(dut, f"{prefix}_rdata"))
         self.byte_lanes = self.width // 8
+        self.poison_port = True           # the wrapper carries AWUSER/RUSER (poison)
         self.strb_mask = (1 << self.byte_lanes) - 1
         self.addr_width = len(getattr(dut, f"{prefix}_araddr"))
         self._period = None
@@ -338,13 +368,16 @@ class CppPmemModel(ClockCount):
                 a = rd.take("Q")
                 segs.append((a, rd.bytes()))
                 old.append((a, rd.bytes()))
+            poison = bool(rd.take("B"))
+            poison_old = [rd.take("QB") for _ in range(rd.take("I"))]
             rec = WriteRecord(awid, addr, nbytes, self._cycle_of_edge(aw_e),
                               self._cycle_of_edge(data_e))
-            unacked.append(PendingWrite(rec, segs, old))
+            unacked.append(PendingWrite(rec, segs, old, poison,
+                                        [(la, bool(b)) for la, b in poison_old]))
         aw = deque()
         for _ in range(rd.take("I")):
-            awid, addr, length, size, e = rd.take("IQIIQ")
-            aw.append((awid, addr, length, size, self._time_of_edge(e)))
+            awid, addr, length, size, e, poison = rd.take("IQIIQB")
+            aw.append((awid, addr, length, size, self._time_of_edge(e), poison))
 
         def beats():
             out = []

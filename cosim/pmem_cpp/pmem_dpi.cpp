@@ -13,6 +13,12 @@
 // beat per cycle, in order. Within one edge the model takes R and B handshakes, then AR
 // (reads see the memory before any write completing at the same edge), then AW, then W.
 //
+// Poison (cosim/pmem.py's docstring): one bit per line in `poisoned` (apart from the line store,
+// so a poisoned line that was never written creates no line and the creation order the staging
+// garbage follows is unchanged). AWUSER 1 sets the bits of the burst's lines when its data is
+// applied; AWUSER 0 clears the bit of each line the burst writes completely; RUSER of a beat is
+// its line's bit at the AR handshake.
+//
 // Python reaches the state through the extern "C" tcxl_pmem_* functions below with ctypes on
 // the simulator process (the build links with -rdynamic so dlopen(NULL) finds them).
 #pragma GCC optimize("O2")
@@ -25,6 +31,7 @@
 #include <deque>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "svdpi.h"
@@ -35,7 +42,7 @@ namespace {
 constexpr uint64_t LINE = 64;
 using Bytes = std::vector<uint8_t>;
 
-struct RItem { uint64_t due; uint32_t id; Bytes data; bool last; uint32_t resp; };
+struct RItem { uint64_t due; uint32_t id; Bytes data; bool last; uint32_t resp; bool user; };
 struct BItem { uint64_t due; uint32_t id; uint32_t resp; };
 
 // Media faults: the rules live in Python (cosim.pmem.MediaFault, PmemModel._fault, so the
@@ -51,9 +58,11 @@ struct Pending {
     uint32_t awid; uint64_t addr, nbytes; uint64_t aw_edge, data_edge;
     int64_t log_index;                 // its Record in `log`, or -1
     std::vector<Seg> segs;
+    bool poison = false;               // its AWUSER
+    std::vector<std::pair<uint64_t, bool>> poison_old;   // (line, bit before) of lines it wrote
 };
 struct Record { uint32_t awid; uint64_t addr, nbytes, aw_edge, data_edge; int64_t b_edge; };
-struct AwWait { uint32_t id; uint64_t addr; uint32_t len, size; uint64_t edge; };
+struct AwWait { uint32_t id; uint64_t addr; uint32_t len, size; uint64_t edge; bool poison; };
 struct WBeat { Bytes data; uint64_t strb; };
 struct WBurst { std::vector<WBeat> beats; uint64_t edge; };
 
@@ -67,13 +76,14 @@ struct Model {
     // the power-failure model draws staging garbage in that order.
     struct Line { std::array<uint8_t, LINE> data; uint64_t seq; };
     std::unordered_map<uint64_t, Line> mem;
+    std::unordered_set<uint64_t> poisoned;   // line addresses with the poison bit set
     uint64_t mem_version = 0, mem_seq = 0;
     Line &new_line(uint64_t la) { return mem.emplace(la, Line{{}, mem_seq++}).first->second; }
     // channel engines
     bool ar_ready = false, aw_ready = false, w_ready = false;
     std::deque<RItem> r; bool r_valid = false; uint64_t r_busy = 0;
     std::deque<BItem> b; bool b_valid = false; uint64_t b_busy = 0;
-    RItem r_out{0, 0, {}, false, 0};
+    RItem r_out{0, 0, {}, false, 0, false};
     BItem b_out{0, 0, 0};
     // protocol state (PmemModel._reset_state_vars)
     uint64_t ar_count = 0, aw_count = 0, r_beats = 0, w_beats = 0, b_count = 0, acked = 0;
@@ -164,12 +174,22 @@ struct Model {
         return true;
     }
 
+    bool is_poisoned(uint64_t a) const {
+        return !poisoned.empty() && poisoned.count(a & ~(LINE - 1));
+    }
+
     void on_ar(uint32_t id, uint64_t addr, uint32_t arlen, uint32_t size, uint32_t burst) {
         uint32_t length = arlen + 1;
         ++ar_count;
         uint64_t num_bytes, aligned;
         if (!check_burst("AR", addr, length, size, burst, num_bytes, aligned)) return;
         uint64_t due = edge + read_lat;
+        // bus word address of beat n
+        auto beat_addr = [&](uint32_t n) {
+            uint64_t a = (num_bytes == lanes) ? addr - addr % lanes + n * lanes
+                                              : (n == 0 ? addr : aligned + n * num_bytes);
+            return a - a % lanes;
+        };
         if (fault) {       // PmemModel._on_ar's fault branch
             uint64_t lo = addr - addr % lanes;
             uint64_t hi = (aligned + num_bytes * length + lanes - 1) / lanes * lanes;
@@ -182,26 +202,26 @@ struct Model {
                         ? n * lanes
                         : ((n == 0 ? addr : aligned + n * num_bytes) - lo) / lanes * lanes;
                     RItem it{due, id, Bytes(data.begin() + off, data.begin() + off + lanes),
-                             n == length - 1, uint32_t(resp)};
+                             n == length - 1, uint32_t(resp), is_poisoned(beat_addr(n))};
                     r.push_back(std::move(it));
                 }
                 return;
             }
         }
         for (uint32_t n = 0; n < length; ++n) {
-            uint64_t a = (num_bytes == lanes) ? addr - addr % lanes + n * lanes
-                                              : (n == 0 ? addr : aligned + n * num_bytes);
-            RItem it{due, id, Bytes(lanes), n == length - 1, 0};
-            read(a - a % lanes, it.data.data(), lanes);
+            uint64_t a = beat_addr(n);
+            RItem it{due, id, Bytes(lanes), n == length - 1, 0, is_poisoned(a)};
+            read(a, it.data.data(), lanes);
             r.push_back(std::move(it));
         }
     }
 
-    void on_aw(uint32_t id, uint64_t addr, uint32_t awlen, uint32_t size, uint32_t burst) {
+    void on_aw(uint32_t id, uint64_t addr, uint32_t awlen, uint32_t size, uint32_t burst,
+               bool poison) {
         ++aw_count;
         uint64_t num_bytes, aligned;
         if (!check_burst("AW", addr, awlen + 1, size, burst, num_bytes, aligned)) return;
-        aw_waiting.push_back({id, addr, awlen + 1, size, edge});
+        aw_waiting.push_back({id, addr, awlen + 1, size, edge, poison});
         if (!w_waiting.empty()) match_writes();
     }
 
@@ -253,6 +273,39 @@ struct Model {
         return out;
     }
 
+    // cosim.pmem.poison_update: a poisoned burst sets the bits of its lines (in address order);
+    // a clean one clears the poisoned lines its segments write completely (in the order the
+    // Python dict sees them: first byte written)
+    void poison_update(Pending &pw, const AwWait &aw) {
+        uint64_t num_bytes = 1ull << aw.size;
+        uint64_t end = aw.addr - aw.addr % num_bytes + num_bytes * aw.len;
+        if (aw.poison) {
+            for (uint64_t la = aw.addr & ~(LINE - 1); la < end; la += LINE) {
+                pw.poison_old.emplace_back(la, poisoned.count(la) != 0);
+                poisoned.insert(la);
+            }
+            return;
+        }
+        if (poisoned.empty()) return;
+        std::vector<std::pair<uint64_t, uint64_t>> written;   // (line, bytes), first-seen order
+        for (auto &sg : pw.segs) {
+            uint64_t a = sg.addr, n = sg.data.size(), i = 0;
+            while (i < n) {
+                uint64_t la = (a + i) & ~(LINE - 1), k = std::min(la + LINE - (a + i), n - i);
+                auto it = std::find_if(written.begin(), written.end(),
+                                       [&](auto &w) { return w.first == la; });
+                if (it == written.end()) written.emplace_back(la, k);
+                else it->second += k;
+                i += k;
+            }
+        }
+        for (auto &w : written)
+            if (w.second == LINE && poisoned.count(w.first)) {
+                pw.poison_old.emplace_back(w.first, true);
+                poisoned.erase(w.first);
+            }
+    }
+
     void match_writes() {
         while (!aw_waiting.empty() && !w_waiting.empty()) {
             AwWait aw = aw_waiting.front(); aw_waiting.pop_front();
@@ -271,12 +324,17 @@ struct Model {
             uint64_t nbytes = 0;       // the record's size: before a fault drops the data
             for (auto &s : pw.segs) nbytes += s.data.size();
             uint32_t resp = 0;
+            bool applied = true;
             if (fault) {
                 uint64_t nb = (1ull << aw.size) * aw.len - aw.addr % (1ull << aw.size);
                 int f = fault(1, aw.addr, nb, aw.id, nullptr, 0);
                 resp = uint32_t(f & 0xff);
-                if (resp && !(f & 0x100)) pw.segs.clear();    // nothing reached the media
+                if (resp && !(f & 0x100)) {      // nothing reached the media
+                    pw.segs.clear();
+                    applied = false;
+                }
             }
+            pw.poison = aw.poison;
             pw.awid = aw.id; pw.addr = aw.addr; pw.nbytes = nbytes;
             pw.aw_edge = aw.edge; pw.data_edge = done;
             for (auto &s : pw.segs) {
@@ -284,6 +342,7 @@ struct Model {
                 read(s.addr, s.old.data(), s.old.size());
             }
             for (auto &s : pw.segs) write(s.addr, s.data.data(), s.data.size());
+            if (applied) poison_update(pw, aw);
             if (log_writes) log.push_back({aw.id, aw.addr, nbytes, aw.edge, done, -1});
             pw.log_index = log_writes ? int64_t(log_dropped + log.size() - 1) : -1;
             unacked.push_back(std::move(pw));
@@ -325,11 +384,12 @@ int tcxl_pmem_edge(svBit rst,
                    svBit ar_valid, int ar_id, long long ar_addr, int ar_len, int ar_size,
                    int ar_burst,
                    svBit aw_valid, int aw_id, long long aw_addr, int aw_len, int aw_size,
-                   int aw_burst,
+                   int aw_burst, svBit aw_user,
                    svBit w_valid, const svBitVecVal *w_data, const svBitVecVal *w_strb,
                    svBit w_last, svBit r_ready, svBit b_ready,
                    svBit *ar_ready, svBit *aw_ready, svBit *w_ready,
                    svBit *r_valid, int *r_id, svBitVecVal *r_data, svBit *r_last, int *r_resp,
+                   svBit *r_user,
                    svBit *b_valid, int *b_id, int *b_resp) {
     Model &m = M;
     ++m.edge;
@@ -363,7 +423,7 @@ int tcxl_pmem_edge(svBit rst,
                     uint32_t(ar_burst));
         if (aw_valid && m.aw_ready)
             m.on_aw(uint32_t(aw_id), uint64_t(aw_addr), uint32_t(aw_len), uint32_t(aw_size),
-                    uint32_t(aw_burst));
+                    uint32_t(aw_burst), aw_user != 0);
         if (w_valid && m.w_ready) {
             Bytes d(m.lanes);
             to_bytes(w_data, d.data(), m.lanes);
@@ -386,6 +446,7 @@ int tcxl_pmem_edge(svBit rst,
     *r_valid = m.r_valid; *b_valid = m.b_valid;
     if (m.r_valid) {
         *r_id = int(m.r_out.id); *r_last = m.r_out.last; *r_resp = int(m.r_out.resp);
+        *r_user = m.r_out.user;
         from_bytes(m.r_out.data.data(), r_data, m.lanes);
     }
     if (m.b_valid) { *b_id = int(m.b_out.id); *b_resp = int(m.b_out.resp); }
@@ -409,7 +470,7 @@ void tcxl_pmem_mem_write(unsigned long long addr, const uint8_t *in, unsigned lo
     M.write(addr, in, n);
 }
 void tcxl_pmem_mem_clear() {
-    M.mem.clear(); ++M.mem_version;
+    M.mem.clear(); M.poisoned.clear(); ++M.mem_version;
     M.garbage = nullptr; M.garbage_regions.clear();
 }
 // regions: n (base, size) pairs; fn(line address, out 64 bytes) makes a line's garbage
@@ -421,6 +482,18 @@ void tcxl_pmem_set_garbage(void (*fn)(unsigned long long, uint8_t *),
                                                                     regions[2 * i + 1]);
 }
 unsigned long long tcxl_pmem_mem_version() { return M.mem_version; }
+// the poison bit of the line holding addr; set it (on != 0) or clear it
+int tcxl_pmem_poison_get(unsigned long long addr) { return M.is_poisoned(addr) ? 1 : 0; }
+void tcxl_pmem_poison_set(unsigned long long addr, int on) {
+    if (on) M.poisoned.insert(addr & ~(LINE - 1));
+    else M.poisoned.erase(addr & ~(LINE - 1));
+}
+// the poisoned line addresses (out: tcxl_pmem_poison_count() entries, any order)
+unsigned long long tcxl_pmem_poison_count() { return M.poisoned.size(); }
+void tcxl_pmem_poison_dump(unsigned long long *out) {
+    size_t i = 0;
+    for (uint64_t la : M.poisoned) out[i++] = la;
+}
 unsigned long long tcxl_pmem_mem_nlines() { return M.mem.size(); }
 // addresses and contents of every written line in creation order (out_addrs: nlines,
 // out_data: 64 * nlines)
@@ -457,8 +530,8 @@ void tcxl_pmem_set_fault_hook(FaultFn fn) { M.fault = fn; }
 void tcxl_pmem_clear_log() { M.log_dropped += M.log.size(); M.log.clear(); }
 
 // The write state a power failure needs, serialised (parsed by cosim/pmem_cpp/__init__.py):
-// unacked writes (record, segments with old bytes), waiting AWs, waiting W bursts, the W burst
-// in progress, then the write log.
+// unacked writes (record, segments with old bytes, AWUSER, poison bits before), waiting AWs
+// (with AWUSER), waiting W bursts, the W burst in progress, then the write log.
 unsigned long long tcxl_pmem_state(const char **out) {
     Model &m = M;
     std::string &s = m.blob;
@@ -470,11 +543,14 @@ unsigned long long tcxl_pmem_state(const char **out) {
         put<uint32_t>(s, uint32_t(pw.segs.size()));
         for (auto &sg : pw.segs) { put<uint64_t>(s, sg.addr); put_bytes(s, sg.data);
                                    put_bytes(s, sg.old); }
+        put<uint8_t>(s, pw.poison);
+        put<uint32_t>(s, uint32_t(pw.poison_old.size()));
+        for (auto &po : pw.poison_old) { put<uint64_t>(s, po.first); put<uint8_t>(s, po.second); }
     }
     put<uint32_t>(s, uint32_t(m.aw_waiting.size()));
     for (auto &a : m.aw_waiting) {
         put<uint32_t>(s, a.id); put<uint64_t>(s, a.addr); put<uint32_t>(s, a.len);
-        put<uint32_t>(s, a.size); put<uint64_t>(s, a.edge);
+        put<uint32_t>(s, a.size); put<uint64_t>(s, a.edge); put<uint8_t>(s, a.poison);
     }
     auto beats = [&](const std::vector<WBeat> &bs) {
         put<uint32_t>(s, uint32_t(bs.size()));

@@ -30,14 +30,14 @@ _WIDTH = re.compile(r"\[\s*(\d+)\s*:\s*0\s*\]")
 
 # (name, direction seen from the master)
 _MEDIA = (("awid", "out"), ("awaddr", "out"), ("awlen", "out"), ("awsize", "out"),
-          ("awburst", "out"), ("awvalid", "out"), ("awready", "in"),
+          ("awburst", "out"), ("awuser", "out"), ("awvalid", "out"), ("awready", "in"),
           ("wdata", "out"), ("wstrb", "out"), ("wlast", "out"), ("wvalid", "out"),
           ("wready", "in"),
           ("bid", "in"), ("bresp", "in"), ("bvalid", "in"), ("bready", "out"),
           ("arid", "out"), ("araddr", "out"), ("arlen", "out"), ("arsize", "out"),
           ("arburst", "out"), ("arvalid", "out"), ("arready", "in"),
-          ("rid", "in"), ("rdata", "in"), ("rresp", "in"), ("rlast", "in"), ("rvalid", "in"),
-          ("rready", "out"))
+          ("rid", "in"), ("rdata", "in"), ("rresp", "in"), ("rlast", "in"), ("ruser", "in"),
+          ("rvalid", "in"), ("rready", "out"))
 
 
 def cpmem_top_name(top: str) -> str:
@@ -95,6 +95,7 @@ module {PMEM_MODULE} (
     input  wire {rng(w['awlen'])}awlen,
     input  wire {rng(w['awsize'])}awsize,
     input  wire {rng(w['awburst'])}awburst,
+    input  wire awuser,
     input  wire awvalid,
     output wire awready,
     input  wire [{dw - 1}:0] wdata,
@@ -106,6 +107,7 @@ module {PMEM_MODULE} (
     output wire [{dw - 1}:0] rdata,
     output wire {rng(w['rresp'])}rresp,
     output wire rlast,
+    output wire ruser,
     output wire rvalid,
     input  wire rready,
     output wire {rng(w['bid'])}bid,
@@ -118,23 +120,23 @@ module {PMEM_MODULE} (
         input bit ar_valid, input int ar_id, input longint ar_addr, input int ar_len,
         input int ar_size, input int ar_burst,
         input bit aw_valid, input int aw_id, input longint aw_addr, input int aw_len,
-        input int aw_size, input int aw_burst,
+        input int aw_size, input int aw_burst, input bit aw_user,
         input bit w_valid, input bit [{dw - 1}:0] w_data, input bit [{sw - 1}:0] w_strb,
         input bit w_last, input bit r_ready, input bit b_ready,
         output bit ar_ready, output bit aw_ready, output bit w_ready,
         output bit r_valid, output int r_id, output bit [{dw - 1}:0] r_data, output bit r_last,
-        output int r_resp,
+        output int r_resp, output bit r_user,
         output bit b_valid, output int b_id, output int b_resp);
     import "DPI-C" function void tcxl_pmem_reset();
 
     // what the last edge returned (the DPI outputs), registered below (Verilator starts every
     // variable at zero)
-    bit n_arready, n_awready, n_wready, n_rvalid, n_rlast, n_bvalid;
+    bit n_arready, n_awready, n_wready, n_rvalid, n_rlast, n_ruser, n_bvalid;
     /* verilator lint_off UNUSEDSIGNAL */  // the DPI passes 32-bit ints; only the low bits count
     int n_rid, n_rresp, n_bid, n_bresp;
     /* verilator lint_on UNUSEDSIGNAL */
     bit [{dw - 1}:0] n_rdata;
-    reg q_arready, q_awready, q_wready, q_rvalid, q_rlast, q_bvalid;
+    reg q_arready, q_awready, q_wready, q_rvalid, q_rlast, q_ruser, q_bvalid;
     reg {rng(w['rid'])}q_rid;
     reg {rng(w['rresp'])}q_rresp;
     reg {rng(w['bid'])}q_bid;
@@ -144,10 +146,10 @@ module {PMEM_MODULE} (
     always @(posedge clk) begin
         if (tcxl_pmem_edge(rst,
                 arvalid, 32'(arid), 64'(araddr), 32'(arlen), 32'(arsize), 32'(arburst),
-                awvalid, 32'(awid), 64'(awaddr), 32'(awlen), 32'(awsize), 32'(awburst),
+                awvalid, 32'(awid), 64'(awaddr), 32'(awlen), 32'(awsize), 32'(awburst), awuser,
                 wvalid, wdata, wstrb, wlast, rready, bready,
                 n_arready, n_awready, n_wready,
-                n_rvalid, n_rid, n_rdata, n_rlast, n_rresp,
+                n_rvalid, n_rid, n_rdata, n_rlast, n_rresp, n_ruser,
                 n_bvalid, n_bid, n_bresp) != 0)
             $fatal(1, "C++ PMEM model: AXI protocol error (cosim.pmem_cpp.protocol_error())");
         q_arready <= n_arready;
@@ -157,6 +159,7 @@ module {PMEM_MODULE} (
         q_rid <= n_rid[{w['rid'] - 1}:0];
         q_rdata <= n_rdata;
         q_rlast <= n_rlast;
+        q_ruser <= n_ruser;
         q_rresp <= n_rresp[{w['rresp'] - 1}:0];
         q_bvalid <= n_bvalid;
         q_bid <= n_bid[{w['bid'] - 1}:0];
@@ -173,6 +176,7 @@ module {PMEM_MODULE} (
     assign rid = q_rid;
     assign rdata = q_rdata;
     assign rlast = q_rlast;
+    assign ruser = q_ruser;
     assign rresp = q_rresp;
     assign bid = q_bid;
     assign bresp = q_bresp;

@@ -59,9 +59,13 @@ class ActionLog:
         self._add({"act": "reset"})
 
     def load(self, mem):
-        """The media was replaced by ``mem`` (a ``MemoryImage``): its stored lines, by address."""
-        self._add({"act": "load",
-                   "lines": {format(a, "x"): mem.read(a, 64).hex() for a in mem.lines()}})
+        """The media was replaced by ``mem`` (a ``MemoryImage``): its stored lines, by address,
+        and its poisoned lines (``poisoned``, only when there are any)."""
+        act = {"act": "load",
+               "lines": {format(a, "x"): mem.read(a, 64).hex() for a in mem.lines()}}
+        if mem.poisoned:
+            act["poisoned"] = [format(a, "x") for a in sorted(mem.poisoned)]
+        self._add(act)
 
     def cut(self, core):
         """A power cycle ends ``core``'s host transactions still outstanding: each is logged

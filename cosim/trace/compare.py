@@ -191,11 +191,12 @@ class _Reducer:
                 o = a - la
                 line = bytes(o) + data + bytes(LINE - o - nbytes)
                 be = strb << o
-                self._line_write(la, line[:LINE], be & ((1 << LINE) - 1), c)
+                self._line_write(la, line[:LINE], be & ((1 << LINE) - 1), c,
+                                 aw.get("awuser", 0))
 
-    def _line_write(self, la, data, be, c):
+    def _line_write(self, la, data, be, c, poison=0):
         data = self.scrub(la, data)
-        ev = self.emit(self.overlay.write(la, data, be), c)
+        ev = self.emit(self.overlay.write(la, data, be, poison), c)
         if self.in_cpl_ring(la) and be == (1 << LINE) - 1:
             ev["cpl_line"] = True
             cpl = unpack_fields(CPL_FIELDS, data)
@@ -420,6 +421,8 @@ def _diff_fields(cls, a, b):
         for f in ("be", "data"):
             if a.get(f) != b.get(f):
                 return f
+        if a.get("poison", 0) != b.get("poison", 0):
+            return "poison"
         return None
     if cls == "cpl":
         for f in ("slot", *_CPL_KEYS):

@@ -17,7 +17,9 @@ Contract: docs/coherence.md (message table, regions, blocking, errors). Structur
   ``mem`` request order) routes the responses back: host read → DRS MemData, host write → NDR
   Cmp, device → ``dev`` by id.
 - **Stores**: :class:`~.snoop_filter.SnoopFilter`, the BITag tracker
-  :class:`~.tracker.BITracker`, the write buckets and poison table (:mod:`.hazards`).
+  :class:`~.tracker.BITracker`, the write buckets (:mod:`.hazards`). Poison is no store of the
+  DCOH: a host write's poison bit goes to the media with the write, and the media's poison bit
+  of a line comes back with each read (docs/coherence.md, "Poison").
 
 Requirements on ``mem`` (MediaAXI meets them: one AXI ID): read responses return in read-request
 order and write responses in write-request order, across ids.
@@ -43,7 +45,7 @@ from .device_lanes import DeviceLanes
 from .host_lane import HostLane
 from .snoop_filter import SnoopFilter, SF_I, SF_A
 from .tracker import BITracker
-from .hazards import WriteBuckets, PoisonTable
+from .hazards import WriteBuckets
 from .routing import (MediaRouting, LANE_FIFO, host_read_layout, device_read_layout,
                       write_layout, ndr_entry_layout)
 
@@ -82,7 +84,7 @@ class DCOH(wiring.Component):
     ----------
     cfg : DeviceConfig
         Regions, snoop filter (``sf_sets``, ``sf_ways``), BITags (``bi_tags``), write buckets,
-        poison table, lane depths, ``addr_bits``.
+        lane depths, ``addr_bits``.
     observe : bool
         Add the formal harness's observation ports (``obs_*``).
 
@@ -94,9 +96,11 @@ class DCOH(wiring.Component):
         Device to host channels.
     dev : In(DeviceRequestSignature(cfg.addr_bits))
         The engines' device request port (responder side).
-    mem : Out(DeviceRequestSignature(cfg.addr_bits))
+    mem : Out(DeviceRequestSignature(cfg.addr_bits, poison=True))
         Media requests; read responses must return in read-request order and write responses in
-        write-request order, across ids (MediaAXI meets this).
+        write-request order, across ids (MediaAXI meets this). ``wr_req.poison``: a host write
+        with poison; ``rd_resp.poison``: the media holds the line as poisoned (host read →
+        MemData poison 1, device read → ``err``).
     ready : Out(1)
         The snoop filter and write-bucket init sweeps are done.
     err : Out(1), err_code : Out(4), err_addr : Out(cfg.addr_bits - 6)
@@ -123,7 +127,7 @@ class DCOH(wiring.Component):
         ports = {
             **host_channel_members(),
             "dev": In(DeviceRequestSignature(ab)),
-            "mem": Out(DeviceRequestSignature(ab)),
+            "mem": Out(DeviceRequestSignature(ab, poison=True)),
             **status_members(ab),
         }
         if observe:
@@ -156,8 +160,6 @@ class DCOH(wiring.Component):
                                                       line_bits=lb, n_query=2)
         m.submodules.dev_wb = dev_wb = WriteBuckets(n=cfg.wr_buckets, max_count=wr_cap,
                                                     line_bits=lb, n_query=1)
-        m.submodules.poison = poison = PoisonTable(n=cfg.poison_lines, line_bits=lb,
-                                                   n_query=2, n_clr=2)
 
 
         # ---------------------------------------------------------------- lane output FIFOs
@@ -197,9 +199,7 @@ class DCOH(wiring.Component):
         m.d.comb += [
             host.stores_ready.eq(ready),
             host_wb.q[0].line.eq(ev_line), dev_wb.q[0].line.eq(ev_line),
-            poison.q[0].line.eq(ev_line),
             host.wr_inflight.eq(host_wb.q[0].busy | dev_wb.q[0].busy),
-            host.poison_full.eq(poison.full),
             trk.q_idx.eq(self.m2s_birsp.payload.hdr.bi_tag),
             host.tag_q_valid.eq(trk.q_valid), host.tag_q_op.eq(trk.q_op),
             host.tag_q_line.eq(trk.q_line), host.tags_full.eq(trk.full),
@@ -220,15 +220,11 @@ class DCOH(wiring.Component):
             drs_nxm.w_en.eq(h_do & host.drs_nxm),
             drs_nxm.w_data.eq(host.tag),
             h_rd.w_en.eq(h_do & host.media_rd),
-            h_rd.w_data.eq(Cat(ev_line, host.tag, poison.q[0].hit)),
+            h_rd.w_data.eq(Cat(ev_line, host.tag)),
             host_rd_inc.eq(h_do & host.media_rd),
             host_wr_inc.eq(h_do & h_media_wr),
             host_wb.inc.en.eq(h_do & h_media_wr),
             host_wb.inc.line.eq(ev_line),
-            poison.set_en.eq(h_do & host.poison_set),
-            poison.set_line.eq(ev_line),
-            poison.clr[0].en.eq(h_do & host.poison_clr),
-            poison.clr[0].line.eq(ev_line),
             trk.rel_en.eq(h_do & host.tag_release),
             trk.rel_idx.eq(self.m2s_birsp.payload.hdr.bi_tag),
         ]
@@ -236,7 +232,7 @@ class DCOH(wiring.Component):
         # ================================================================ device lanes
         dr, dw = self.dev.rd_req, self.dev.wr_req
         dr_line, dw_line = dr.payload.addr, dw.payload.addr
-        m.d.comb += [lk_dr.line.eq(dr_line), cam_dr.line.eq(dr_line), poison.q[1].line.eq(dr_line),
+        m.d.comb += [lk_dr.line.eq(dr_line), cam_dr.line.eq(dr_line),
                      host_wb.q[1].line.eq(dr_line), lk_dw.line.eq(dw_line),
                      cam_dw.line.eq(dw_line)]
         m.submodules.dev_lanes = lanes = DeviceLanes(line_bits=lb)
@@ -258,11 +254,9 @@ class DCOH(wiring.Component):
         m.d.comb += [
             dr.ready.eq(dr_go), dw.ready.eq(dw_go),
             d_rd.w_en.eq(dr_go),
-            d_rd.w_data.eq(Cat(dr.payload.id, dr.payload.op, dr_line, poison.q[1].hit)),
+            d_rd.w_data.eq(Cat(dr.payload.id, dr.payload.op, dr_line)),
             dev_wb.inc.en.eq(dw_go),
             dev_wb.inc.line.eq(dw_line),
-            poison.clr[1].en.eq(dw_go & (dw.payload.be == ALL_BE)),
-            poison.clr[1].line.eq(dw_line),
         ]
 
         # ---- write queue: the host lane's write, else the device write lane's; a device write
@@ -275,7 +269,7 @@ class DCOH(wiring.Component):
                          wq_in.be.eq(Mux(rwd.payload.hdr.opcode == RwDOpcode.MEM_WR, ALL_BE,
                                          rwd.payload.be)),
                          wq_in.data.eq(rwd.payload.data), wq_in.host.eq(1),
-                         wq_in.tag.eq(host.tag)]
+                         wq_in.tag.eq(host.tag), wq_in.poison.eq(rwd.payload.hdr.poison)]
         with m.Else():
             m.d.comb += [wq_in.id.eq(dw.payload.id), wq_in.line.eq(dw_line),
                          wq_in.be.eq(dw.payload.be), wq_in.data.eq(dw.payload.data)]

@@ -1,15 +1,10 @@
-"""Small per-line tables of the DCOH: in-flight media writes (hashed) and poisoned lines.
+"""The DCOH's hazard table: in-flight media writes per line-address hash.
 
 ``WriteBuckets``: per bucket (the low ``log2(n)`` bits of a line address) the number of media
 writes issued and not yet answered. ``inc`` counts a write when it is decided, ``dec`` uncounts
 it when its B response returns (one of each per cycle). ``q[i].line`` → ``q[i].busy``
 (combinational) says a write to a line with the same hash may be in flight; a read waits for
 ``busy`` low so it cannot pass such a write in the media controller.
-
-``PoisonTable``: up to ``n`` line addresses written with poison. ``q[i].line`` → ``q[i].hit``;
-``set_en``/``set_line`` adds a line (``full`` when no room and the line is not listed; adding
-then is the caller's error); ``clr[k]`` ports remove a line. Set and clear of one line in one
-cycle: the set wins.
 """
 from amaranth.hdl import Module, Signal, Cat
 from amaranth.lib.memory import Memory
@@ -17,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-__all__ = ["WriteBuckets", "PoisonTable"]
+__all__ = ["WriteBuckets"]
 
 
 class LineQuery(wiring.Signature):
@@ -114,71 +109,4 @@ class WriteBuckets(wiring.Component):
                 rd[name].append(p.data)
         for i, q in enumerate(self.q):
             m.d.comb += q.busy.eq(rd["issued"][i] != rd["retired"][i])
-        return m
-
-
-class PoisonTable(wiring.Component):
-    """Up to ``n`` line addresses written with poison (see the module docstring).
-
-    Parameters
-    ----------
-    n : int
-        Entries (>= 1).
-    line_bits : int
-        Line address width.
-    n_query, n_clr : int
-        Query and clear ports.
-
-    Members
-    -------
-    q : In(LineQuery(line_bits, "hit")).array(n_query)
-        ``q[i].line`` -> ``q[i].hit`` (combinational).
-    set_en : In(1), set_line : In(line_bits)
-        Add a line (no effect if listed).
-    full : Out(1)
-        No free entry (adding an unlisted line then is the caller's error).
-    clr : In(LineStrobe(line_bits)).array(n_clr)
-        Remove a line; a set and a clear of one line in one cycle: the set wins.
-
-    Raises
-    ------
-    ValueError
-        If ``n`` < 1.
-    """
-
-    def __init__(self, *, n, line_bits, n_query=2, n_clr=2):
-        if n < 1:
-            raise ValueError(f"poison table size must be >= 1, got {n!r}")
-        self._n, self._lb = n, line_bits
-        super().__init__({
-            "q": In(LineQuery(line_bits, "hit")).array(n_query),
-            "set_en": In(1), "set_line": In(line_bits), "full": Out(1),
-            "clr": In(LineStrobe(line_bits)).array(n_clr),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        n = self._n
-        valid = Signal(n)
-        lines = [Signal(self._lb, name=f"line{i}") for i in range(n)]
-
-        def listed(line):
-            return Cat(valid[i] & (lines[i] == line) for i in range(n)).any()
-
-        for q in self.q:
-            m.d.comb += q.hit.eq(listed(q.line))
-        set_listed = listed(self.set_line)
-        free = Signal(range(n))
-        m.d.comb += self.full.eq(valid.all() & ~set_listed)
-        for i in reversed(range(n)):
-            with m.If(~valid[i]):
-                m.d.comb += free.eq(i)
-        for i in range(n):
-            for c in self.clr:
-                with m.If(c.en & valid[i] & (lines[i] == c.line)):
-                    m.d.sync += valid[i].eq(0)
-            with m.If(self.set_en & ~set_listed & ~valid.all() & (free == i)):
-                m.d.sync += [valid[i].eq(1), lines[i].eq(self.set_line)]
-            with m.If(self.set_en & set_listed & valid[i] & (lines[i] == self.set_line)):
-                m.d.sync += valid[i].eq(1)
         return m

@@ -17,8 +17,6 @@ from .tracker import CamSignature
 __all__ = ["HostLane", "SRC_NONE", "SRC_BIRSP", "SRC_RWD", "SRC_PARK", "SRC_REQ",
            "park_layout"]
 
-ALL_BE = (1 << 64) - 1
-
 # host lane event sources
 SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ = range(5)
 
@@ -34,7 +32,7 @@ class HostLane(wiring.Component):
     then RwD, then a parked Req that a BIRsp woke, then a new Req.
 
     Each cycle it picks that event, looks its line up (snoop filter ``lk``, outstanding BISnps
-    ``cam``, the write buckets, the poison table: the DCOH's stores answer combinationally) and
+    ``cam``, the write buckets: the DCOH's stores answer combinationally) and
     decides in the same cycle what the event does: serve it (NDR Cmp*/DRS via the DCOH's
     queues, a media read or write, a snoop-filter update), park a Req that must wait for a
     BIRsp (its line has a BISnp outstanding or an older Req parked, or its set is full and a
@@ -61,8 +59,8 @@ class HostLane(wiring.Component):
     lk : Out(LookupSignature), cam : Out(CamSignature), cam_way : Out(CamSignature) per way
         Lookups of the event's line in the snoop filter and the BITag tracker, and of each
         way's line of its set in the tracker (victim choice).
-    wr_inflight, poison_full : In(1)
-        A media write of the line is in flight; the poison table is full.
+    wr_inflight : In(1)
+        A media write of the line is in flight.
     tag_q_valid, tag_q_op, tag_q_line : In
         The tracker entry of the BIRsp's BITag (``m2s_birsp``'s tag is the query): valid, its
         BISnp opcode and line.
@@ -76,8 +74,9 @@ class HostLane(wiring.Component):
         The device write lane lost the write queue to this lane last cycle: no write now.
     sf_we, sf_way, sf_state : Out
         Snoop-filter write of the event's line.
-    ndr, ndr_op, drs_nxm, media_rd, media_wr, poison_set, poison_clr, tag_release : Out(1)
-        The event's effects (with ``do``).
+    ndr, ndr_op, drs_nxm, media_rd, media_wr, tag_release : Out(1)
+        The event's effects (with ``do``); a host media write carries the RwD's poison bit to
+        the media as it is (the DCOH takes it from ``m2s_rwd``).
     alloc : Out(1), victim : Out(line_bits)
         A BITag for a BISnpInv of ``victim`` (a way of the full set, rotating).
     err : Out(4)
@@ -87,7 +86,7 @@ class HostLane(wiring.Component):
     served_req : Out(1)
         A Req (new or parked) is served this cycle (with ``do``).
 
-    Errors: ILLEGAL_REQ / NXM / REFUSED (``ReqDecode``), ILLEGAL_RWD, POISON_FULL,
+    Errors: ILLEGAL_REQ / NXM / REFUSED (``ReqDecode``), ILLEGAL_RWD,
     SF_MISS_OWNED, BIRSP_TAG, BIRSP_KIND on ``err``; an assertion checks that no Req is served
     while a BISnp to its line is outstanding (rule 5) and that a new entry takes a free way.
     """
@@ -105,14 +104,13 @@ class HostLane(wiring.Component):
             "lk": Out(LookupSignature(lb, W)),
             "cam": Out(CamSignature(lb)),
             "cam_way": Out(CamSignature(lb)).array(W),
-            "wr_inflight": In(1), "poison_full": In(1),
+            "wr_inflight": In(1),
             "tag_q_valid": In(1), "tag_q_op": In(4), "tag_q_line": In(lb), "tags_full": In(1),
             "ndr_room": In(1), "drs_room": In(1), "rd_room": In(1), "wq_room": In(1),
             "rd_slot": In(1), "wr_slot": In(1), "dw_turn": In(1),
             "sf_we": Out(1), "sf_way": Out(range(W)), "sf_state": Out(2),
             "ndr": Out(1), "ndr_op": Out(3), "drs_nxm": Out(1), "media_rd": Out(1),
-            "media_wr": Out(1), "poison_set": Out(1), "poison_clr": Out(1),
-            "tag_release": Out(1), "alloc": Out(1), "victim": Out(lb), "err": Out(4),
+            "media_wr": Out(1), "tag_release": Out(1), "alloc": Out(1), "victim": Out(lb), "err": Out(4),
             "conflict": Out(1), "served_req": Out(1),
         })
 
@@ -282,8 +280,6 @@ class HostLane(wiring.Component):
         h_drs_nxm = Signal()
         h_media_rd = Signal()
         h_media_wr = Signal()
-        h_poison_set = Signal()
-        h_poison_clr = Signal()
         h_wake = Signal()            # a BIRsp was processed: parked Reqs retry
         h_trk_rel = Signal()
         h_conflict = Signal()
@@ -343,23 +339,18 @@ class HostLane(wiring.Component):
                 meta_ok = (ev.mf == MetaField.NO_OP) | (meta0 & (
                     (ev.mv == MetaValue.I) | (ev.mv == MetaValue.A) | (ev.mv == MetaValue.S)))
                 legal_wr = is_wr & (ev.snp == SnpType.NO_OP) & meta_ok
-                drop_poison = hdr.poison & self.poison_full
-                with m.If(~legal_wr | ev_nxm | ~ev_rw | drop_poison):
+                with m.If(~legal_wr | ev_nxm | ~ev_rw):
                     m.d.comb += [h_fire.eq(ndr_room), h_ndr.eq(1), h_ndr_op.eq(NDROpcode.CMP)]
                     with m.If(~legal_wr):
                         m.d.comb += h_err.eq(DcohError.ILLEGAL_RWD)
                     with m.Elif(ev_nxm):
                         m.d.comb += h_err.eq(DcohError.NXM)
-                    with m.Elif(~ev_rw):
-                        m.d.comb += h_err.eq(DcohError.REFUSED)
                     with m.Else():
-                        m.d.comb += h_err.eq(DcohError.POISON_FULL)
+                        m.d.comb += h_err.eq(DcohError.REFUSED)
                 with m.Else():
-                    full_line = (hdr.opcode == RwDOpcode.MEM_WR) | (self.m2s_rwd.payload.be == ALL_BE)
                     m.d.comb += [h_fire.eq(self.wq_room & ~self.dw_turn &
                                            self.wr_slot),
-                                 h_media_wr.eq(1), h_poison_set.eq(hdr.poison),
-                                 h_poison_clr.eq(~hdr.poison & full_line)]
+                                 h_media_wr.eq(1)]
                     with m.If(meta0):
                         with m.If(lk_h.hit):
                             m.d.comb += [h_sf_we.eq(1), h_sf_way.eq(lk_h.way),
@@ -414,8 +405,7 @@ class HostLane(wiring.Component):
         m.d.comb += [self.sf_we.eq(h.sf_we), self.sf_way.eq(h.sf_way),
                      self.sf_state.eq(h.sf_state), self.ndr.eq(h.ndr), self.ndr_op.eq(h.ndr_op),
                      self.drs_nxm.eq(h.drs_nxm), self.media_rd.eq(h.media_rd),
-                     self.media_wr.eq(h.media_wr), self.poison_set.eq(h.poison_set),
-                     self.poison_clr.eq(h.poison_clr), self.tag_release.eq(h.trk_rel),
+                     self.media_wr.eq(h.media_wr), self.tag_release.eq(h.trk_rel),
                      self.alloc.eq(h.alloc), self.err.eq(h.err), self.conflict.eq(h.conflict)]
         # park slots
         with m.If(h.do & h.wake):

@@ -17,18 +17,20 @@ LANE_FIFO = 3  # SyncFIFOBuffered depth (>= 3: a depth-1 inner FIFO has a zero-w
 
 
 def host_read_layout(lb):
-    """A host lane media read: line, CXL tag, the line is poisoned."""
-    return data.StructLayout({"line": lb, "tag": 16, "poison": 1})
+    """A host lane media read: line, CXL tag."""
+    return data.StructLayout({"line": lb, "tag": 16})
 
 
 def device_read_layout(lb):
-    """A device read lane media read: engine id, RdCur/RdOwn, line, the line is poisoned."""
-    return data.StructLayout({"id": 4, "op": 1, "line": lb, "poison": 1})
+    """A device read lane media read: engine id, RdCur/RdOwn, line."""
+    return data.StructLayout({"id": 4, "op": 1, "line": lb})
 
 
 def write_layout(lb):
-    """An entry of the write queue (both lanes, in service order)."""
-    return data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1, "tag": 16})
+    """An entry of the write queue (both lanes, in service order); ``poison``: a host write
+    with poison (the media keeps it per line)."""
+    return data.StructLayout({"id": 4, "line": lb, "be": 64, "data": 512, "host": 1, "tag": 16,
+                              "poison": 1})
 
 
 def ndr_entry_layout():
@@ -41,13 +43,13 @@ class MediaRouting(wiring.Component):
 
     Reads of the host lane (``host_rd``) and the device read lane (``dev_rd``) are merged
     round-robin onto ``mem.rd_req``; the write queue (``wr``, both lanes in service order) goes
-    to ``mem.wr_req`` as it is. A context FIFO per direction, pushed in ``mem`` request order,
-    routes each response back: a host read to a DRS MemData (poison = the line's poison or a
-    media error), a host write to an NDR Cmp, a device request to ``dev_rd_resp`` /
-    ``dev_wr_resp`` by id (a poisoned line or a media error sets ``err``). The host lane's NDRs
-    (``host_ndr``) and the write Cmps are merged round-robin onto ``s2m_ndr``; its refused/NXM
-    reads (``drs_nxm``, tags) and the MemData onto ``s2m_drs`` (``MemDataNXM`` with poison and
-    all-ones data).
+    to ``mem.wr_req`` as it is (with its poison bit). A context FIFO per direction, pushed in
+    ``mem`` request order, routes each response back: a host read to a DRS MemData (poison =
+    the media's poison bit of the line, or a media error), a host write to an NDR Cmp, a device
+    request to ``dev_rd_resp`` / ``dev_wr_resp`` by id (a poisoned line or a media error sets
+    ``err``). The host lane's NDRs (``host_ndr``) and the write Cmps are merged round-robin
+    onto ``s2m_ndr``; its refused/NXM reads (``drs_nxm``, tags) and the MemData onto
+    ``s2m_drs`` (``MemDataNXM`` with poison and all-ones data).
 
     Latency: no register on any path (merges and FIFO read sides only); the context FIFOs add
     none to a response. Ordering: ``mem`` must return read responses in read-request order and
@@ -67,7 +69,7 @@ class MediaRouting(wiring.Component):
     host_ndr : In(stream.Signature(ndr_entry_layout))
     drs_nxm : In(stream.Signature(16))
         The lanes' queues (read sides of their FIFOs).
-    mem : Out(DeviceRequestSignature(cfg.addr_bits))
+    mem : Out(DeviceRequestSignature(cfg.addr_bits, poison=True))
         The media port.
     dev_rd_resp, dev_wr_resp : Out(stream.Signature(...))
         The engines' responses (``DeviceRequestSignature`` response layouts).
@@ -96,7 +98,7 @@ class MediaRouting(wiring.Component):
             "wr": In(stream.Signature(write_layout(lb))),
             "host_ndr": In(stream.Signature(ndr_entry_layout())),
             "drs_nxm": In(stream.Signature(16)),
-            "mem": Out(DeviceRequestSignature(ab)),
+            "mem": Out(DeviceRequestSignature(ab, poison=True)),
             "dev_rd_resp": Out(stream.Signature(rd_resp_layout())),
             "dev_wr_resp": Out(stream.Signature(wr_resp_layout())),
             "s2m_ndr": Out(channel_signature("s2m_ndr")),
@@ -151,7 +153,7 @@ class MediaRouting(wiring.Component):
         drs_data_valid, rd_done = self._route_response(m, mr, self._rd_ctx, rc.host,
                                                        drs_data_ready, self.dev_rd_resp)
         m.d.comb += [
-            self.dev_rd_resp.payload.err.eq(mr.payload.err | rc.poison),
+            self.dev_rd_resp.payload.err.eq(mr.payload.err | mr.payload.poison),
             self.dev_rd_resp.payload.data.eq(mr.payload.data),
             self.host_rd_done.eq(rd_done & rc.host),
             self.media_err.eq(rd_done & rc.host & mr.payload.err),
@@ -180,20 +182,18 @@ class MediaRouting(wiring.Component):
     def _requests(self, m, lb, hb, wr_cap):
         """Read merge and context FIFOs; returns views of the read and write contexts."""
         cfg = self.cfg
-        rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "host": 1, "tag": 16,
-                                  "poison": 1})
+        rd_l = data.StructLayout({"id": 4, "op": 1, "line": lb, "host": 1, "tag": 16})
         m.submodules.rd_merge = rd_merge = RoundRobinMerge(rd_l)
         hr, drq, wo = self.host_rd.payload, self.dev_rd.payload, self.wr.payload
         m.d.comb += [
             rd_merge.a.valid.eq(self.host_rd.valid), self.host_rd.ready.eq(rd_merge.a.ready),
             rd_merge.a.payload.id.eq(HOST_MEDIA_ID), rd_merge.a.payload.line.eq(hr.line),
             rd_merge.a.payload.host.eq(1), rd_merge.a.payload.tag.eq(hr.tag),
-            rd_merge.a.payload.poison.eq(hr.poison),
             rd_merge.b.valid.eq(self.dev_rd.valid), self.dev_rd.ready.eq(rd_merge.b.ready),
             rd_merge.b.payload.id.eq(drq.id), rd_merge.b.payload.op.eq(drq.op),
-            rd_merge.b.payload.line.eq(drq.line), rd_merge.b.payload.poison.eq(drq.poison),
+            rd_merge.b.payload.line.eq(drq.line),
         ]
-        rd_ctx_l = data.StructLayout({"host": 1, "tag": 16, "poison": 1})
+        rd_ctx_l = data.StructLayout({"host": 1, "tag": 16})
         wr_ctx_l = data.StructLayout({"host": 1, "tag": 16, "bucket": max(hb, 1)})
         m.submodules.rd_ctx = rd_ctx = fifo.SyncFIFOBuffered(width=rd_ctx_l.size,
                                                              depth=cfg.max_reads + 4 * LANE_FIFO)
@@ -207,13 +207,14 @@ class MediaRouting(wiring.Component):
             self.mem.rd_req.payload.op.eq(ro.payload.op),
             self.mem.rd_req.payload.addr.eq(ro.payload.line),
             rd_ctx.w_en.eq(self.mem.rd_req.valid & self.mem.rd_req.ready),
-            rd_ctx.w_data.eq(Cat(ro.payload.host, ro.payload.tag, ro.payload.poison)),
+            rd_ctx.w_data.eq(Cat(ro.payload.host, ro.payload.tag)),
             self.mem.wr_req.valid.eq(self.wr.valid & wr_ctx.w_rdy),
             self.wr.ready.eq(self.mem.wr_req.ready & wr_ctx.w_rdy),
             self.mem.wr_req.payload.id.eq(wo.id),
             self.mem.wr_req.payload.addr.eq(wo.line),
             self.mem.wr_req.payload.be.eq(wo.be),
             self.mem.wr_req.payload.data.eq(wo.data),
+            self.mem.wr_req.payload.poison.eq(wo.poison),
             wr_ctx.w_en.eq(self.mem.wr_req.valid & self.mem.wr_req.ready),
             wr_ctx.w_data.eq(Cat(wo.host, wo.tag, wo.line[:hb] if hb else Const(0, 1))),
         ]
@@ -262,7 +263,7 @@ class MediaRouting(wiring.Component):
             drs_merge.b.valid.eq(drs_data_valid), drs_data_ready.eq(drs_merge.b.ready),
             drs_merge.b.payload.opcode.eq(DRSOpcode.MEM_DATA),
             drs_merge.b.payload.tag.eq(rc.tag),
-            drs_merge.b.payload.poison.eq(rc.poison | mr.payload.err),
+            drs_merge.b.payload.poison.eq(mr.payload.poison | mr.payload.err),
             drs_merge.b.payload.data.eq(mr.payload.data),
         ]
         drs = self.s2m_drs

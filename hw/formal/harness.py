@@ -31,8 +31,8 @@ grant (Cmp-S -> S, Cmp-E -> E) when the NDR arrives. Other lines have no tracked
 only widens the host's choices there.
 
 **Abstract media** on ``mem``: accepts up to ``max_reads`` reads and ``max_writes`` writes,
-answers each direction in request order after an arbitrary delay (a possible error bit, data
-0). **Engines** on ``dev``: arbitrary RdCur/RdOwn/Wr to the host lines with ids 0..14, arbitrary
+answers each direction in request order after an arbitrary delay (a possible error bit, on
+reads a possible poison bit, data 0). **Engines** on ``dev``: arbitrary RdCur/RdOwn/Wr to the host lines with ids 0..14, arbitrary
 ready on the responses.
 
 Properties (architecture 5.3; names as the runner prints them):
@@ -93,7 +93,7 @@ def reduced_config(**overrides) -> DeviceConfig:
                 superblock_base=0x0C00, superblock_size=0x40,
                 slots_base=0x1000, slots_size=0x400,
                 sf_sets=2, sf_ways=2, bi_tags=2, park_slots=2, host_reads=2, host_writes=2,
-                wr_buckets=2, poison_lines=1, max_reads=2, max_writes=2)
+                wr_buckets=2, max_reads=2, max_writes=2)
     base.update(overrides)
     return DeviceConfig(**base)
 
@@ -411,8 +411,7 @@ class FormalHarness(Elaboratable):
                 bit(dut.obs_trk_valid, h.bq.tag))
         bad_err = Cat(dut.err_code == c for c in (
             DcohError.ILLEGAL_REQ, DcohError.ILLEGAL_RWD, DcohError.BIRSP_TAG,
-            DcohError.BIRSP_KIND, DcohError.NXM, DcohError.REFUSED,
-            DcohError.POISON_FULL)).any()
+            DcohError.BIRSP_KIND, DcohError.NXM, DcohError.REFUSED)).any()
         p.check(m, "rule7.no_protocol_error", ~dut.err | ~bad_err)
         p.check(m, "rule1.no_sf_miss_owned_obs", ~dut.err | (h.obs_line != dut.err_addr) |
                 (dut.err_code != DcohError.SF_MISS_OWNED))
@@ -515,7 +514,8 @@ class FormalHarness(Elaboratable):
                      dut.dev.wr_resp.ready.eq(free(m, 1, "dev_wr_resp_ready"))]
 
     def _media(self, m):
-        """In-order responder per direction, up to max_reads / max_writes outstanding."""
+        """In-order responder per direction, up to max_reads / max_writes outstanding; each
+    response's err (and a read's poison bit) is free, held while the response waits."""
         h, dut, cfg = self.h, self.dut, self.cfg
         h.media = {}
         for name, req, resp, depth in (("rd", dut.mem.rd_req, dut.mem.rd_resp, cfg.max_reads),
@@ -534,6 +534,11 @@ class FormalHarness(Elaboratable):
             err = Mux(shown, err_q, err_free)
             m.d.comb += [resp.payload.id.eq(ids[0]), resp.payload.err.eq(err)]
             m.d.sync += [shown.eq(resp.valid & ~resp.ready), err_q.eq(err)]
+            if name == "rd":      # the media's poison bit of the line: any value, held like err
+                poison_q = Signal(name="media_rd_poison_q")
+                poison = Mux(shown, poison_q, free(m, 1, "media_rd_poison"))
+                m.d.comb += resp.payload.poison.eq(poison)
+                m.d.sync += poison_q.eq(poison)
             c1 = cnt - pop
             for k in range(depth):
                 nxt = Mux(pop, ids[k + 1] if k + 1 < depth else 0, ids[k])
@@ -638,7 +643,7 @@ def build(broken=None, **_):
     # property itself (and not an invariant that merely notices the bug first).
     top = FormalHarness(cfg, broken=broken, helpers=broken is None)
     keys = ("addr_bits", "sf_sets", "sf_ways", "bi_tags", "park_slots", "host_reads",
-            "host_writes", "wr_buckets", "poison_lines", "max_reads", "max_writes")
+            "host_writes", "wr_buckets", "max_reads", "max_writes")
     return {"top": top, "name": HARNESS_NAME, "props": top.props, "trace": TRACE,
             "k": K_INDUCTION, "cover_depth": 20, "tasks": ["bmc", "prove", "cover"],
             "config": {**{k: getattr(cfg, k) for k in keys},

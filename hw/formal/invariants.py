@@ -65,7 +65,7 @@ def add_invariants(hn, m):
         "wr_q": write_layout(lb),
         "ndr_h": ndr_entry_layout(),
         "bisnp": data.StructLayout({"opcode": 4, "tag": 12, "line": lb}),
-        "rd_ctx": data.StructLayout({"host": 1, "tag": 16, "poison": 1}),
+        "rd_ctx": data.StructLayout({"host": 1, "tag": 16}),
         "wr_ctx": data.StructLayout({"host": 1, "tag": 16, "bucket": max(hb, 1)}),
     }
     paths = {"rd_ctx": "routing/rd_ctx", "wr_ctx": "routing/wr_ctx"}
@@ -293,8 +293,7 @@ def add_invariants(hn, m):
         hold, held_b = it.signal(f"{name}/hold"), it.signal(f"{name}/held_b")
         chk(f"{name}.hold", ~hold | Mux(held_b, mg.b.valid, mg.a.valid))
 
-    # ---- poison table unused (poison 0), media consistent, nothing before the SF is ready
-    chk("poison_empty", it.signal("poison/valid") == 0)
+    # ---- media consistent, nothing before the SF is ready
     for name, med in (("rd", med_rd), ("wr", med_wr)):
         chk(f"media_{name}.count_range", med.count <= med.depth)
         chk(f"media_{name}.shown", ~med.shown | (med.count != 0))

@@ -10,10 +10,9 @@ from amaranth.hdl import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..axi import AXI4Signature
 from ..config import DeviceConfig
 from ..cxl.messages import connect_host_channels, host_channel_members
-from ..media_axi import MediaAXI
+from ..media_axi import MediaAXI, media_axi_signature
 from ..reqport import DeviceRequestSignature
 from ..dcoh import DCOH, forward_status, status_members
 
@@ -41,7 +40,7 @@ class DcohTestTop(wiring.Component):
         Device to host CXL.mem channels.
     dev : In(DeviceRequestSignature)
         Device request port, driven by the bench as an engine would.
-    m_axi : Out(AXI4Signature)
+    m_axi : Out(media_axi_signature(cfg))
         Media port (through :class:`hw.media_axi.MediaAXI`).
     err, err_code, err_addr, bisnp_sent, conflicts, proto_errors, ready : Out
         The DCOH's status (``hw.dcoh.status_members``).
@@ -60,8 +59,7 @@ class DcohTestTop(wiring.Component):
         super().__init__({
             **host_channel_members(),
             "dev": In(DeviceRequestSignature(ab)),
-            "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
-                                       id_width=cfg.axi_id_bits)),
+            "m_axi": Out(media_axi_signature(cfg)),
             **status_members(ab),
         })
 

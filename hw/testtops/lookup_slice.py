@@ -18,13 +18,12 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..axi import AXI4Signature
 from ..config import DeviceConfig
 from ..cxl.messages import connect_host_channels, host_channel_members
 from ..dcoh import DCOH, forward_status, status_members
 from ..gather.layouts import cmd_layout, cpl_layout
 from ..gather import GatherReduce
-from ..media_axi import MediaAXI
+from ..media_axi import MediaAXI, media_axi_signature
 
 __all__ = ["LookupSlice", "SLICE_NAME"]
 
@@ -52,7 +51,7 @@ class LookupSlice(wiring.Component):
         LOOKUP commands.
     cpl : Out(stream.Signature(cpl_layout))
         LOOKUP completions, in command order.
-    m_axi : Out(AXI4Signature)
+    m_axi : Out(media_axi_signature(cfg))
         Media port.
     busy : Out(1)
         A command is in flight.
@@ -73,8 +72,7 @@ class LookupSlice(wiring.Component):
         super().__init__({
             "cmd": In(stream.Signature(cmd_layout(ab))),
             "cpl": Out(stream.Signature(cpl_layout(ab))),
-            "m_axi": Out(AXI4Signature(addr_width=ab, data_width=cfg.media_data_bits,
-                                       id_width=cfg.axi_id_bits)),
+            "m_axi": Out(media_axi_signature(cfg)),
             "busy": Out(1),
             **host_channel_members(),
             **status_members(ab),

@@ -59,10 +59,11 @@ class Host:
         return {"opcode": int(opcode), "snp_type": int(snp), "meta_field": int(mf),
                 "meta_value": int(mv), "tag": self.tag, "addr": line, **kw}
 
-    def cxl_write(self, addr, data):
-        h = self._hdr(RW.MEM_WR, ST.NO_OP, MF.META0_STATE, MV.I, addr // 64, poison=0)
+    def cxl_write(self, addr, data, be=(1 << 64) - 1, poison=0):
+        op = RW.MEM_WR if be == (1 << 64) - 1 else RW.MEM_WR_PTL
+        h = self._hdr(op, ST.NO_OP, MF.META0_STATE, MV.I, addr // 64, poison=poison)
         self.acts.append({"act": "cxl", "tag": h["tag"], "ch": "m2s_rwd", "hdr": h,
-                          "data": bytes(data).hex(), "be": "f" * 16})
+                          "data": bytes(data).hex(), "be": format(be, "016x")})
 
     def cxl_read(self, addr):
         h = self._hdr(RQ.MEM_RD, ST.SNP_CUR, MF.NO_OP, MV.I, addr // 64)
@@ -175,8 +176,8 @@ def perfect_device(expected, actions):
             hdr = {k: ev[k] for k in ("opcode", "snp_type", "meta_field", "meta_value", "addr")}
             hdr["tag"] = ev["tag"]
             if ev["ch"] == "m2s_rwd":
-                add("m2s_rwd", hdr={**hdr, "poison": 0}, data=_hexint(bytes.fromhex(ev["wdata"])),
-                    be=ev["be"])
+                add("m2s_rwd", hdr={**hdr, "poison": ev.get("poison", 0)},
+                    data=_hexint(bytes.fromhex(ev["wdata"])), be=ev["be"])
             else:
                 add("m2s_req", hdr=hdr)
             for op in ev["ndr"]:
@@ -186,7 +187,7 @@ def perfect_device(expected, actions):
                 add("s2m_drs", hdr={"opcode": d["opcode"], "tag": ev["tag"],
                                     "poison": d["poison"]}, data=_hexint(data))
         elif e == "mwr":
-            add("aw", awid=0, awaddr=ev["addr"], awlen=0, awsize=6)
+            add("aw", awid=0, awaddr=ev["addr"], awlen=0, awsize=6, awuser=ev.get("poison", 0))
             add("w", wdata=_hexint(bytes.fromhex(ev["data"])), wstrb=int(ev["be"], 16), wlast=1)
             add("b", bid=0, bresp=0)
         elif e == "mrd":
@@ -232,6 +233,33 @@ def test_identical_traces_pass(traces):
     r = compare(_red(raw), exp)
     assert r.equal, r.report
     assert r.counts["cpl"] == 10 and r.counts["image"] == 2 and r.counts["cxl"] > 10, r.counts
+
+
+def test_expected_poison_follows_the_media_rule():
+    """Host writes with and without poison (docs/coherence.md "Poison"): the expected MemData
+    poison is the media's bit (set by a poisoned write, kept by a partial clean write, cleared
+    by a full-line clean one, and by a "load" image's list); each ``mwr`` carries the write's
+    poison; a perfect device's trace is equal, one with an AWUSER flipped diverges there."""
+    h = Host(3)
+    a = CFG.table_base + 0x40
+    h.cxl_write(a, bytes([1]) * 64, poison=1)
+    h.cxl_read(a)
+    h.cxl_write(a, bytes([2]) * 64, be=(1 << 64) - 2)
+    h.cxl_read(a)
+    h.cxl_write(a, bytes([3]) * 64)
+    h.cxl_read(a)
+    h.acts.append({"act": "load", "lines": {}, "poisoned": [format(a, "x")]})
+    h.cxl_read(a)
+    exp = expected_events(h.acts, CFG)
+    reads = [e["drs"][0]["poison"] for e in exp[1:] if e["ev"] == "cxl" and e["ch"] == "m2s_req"]
+    assert reads == [1, 1, 0, 1]
+    assert [e["poison"] for e in exp[1:] if e["ev"] == "mwr"] == [1, 0, 0]
+    raw = perfect_device(exp, h.acts)
+    r = compare(_red(raw), exp)
+    assert r.equal, r.report
+    bad = copy.deepcopy(raw)
+    next(x for x in bad if x.get("ch") == "aw")["awuser"] = 0
+    _check(compare(_red(bad), exp), "mwr", "poison")
 
 
 def _check(res, cls, fld, key=None):

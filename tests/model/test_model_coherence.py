@@ -16,7 +16,7 @@ from hw.cxl_encodings import (BIRspOpcode as BR, BISnpOpcode as BS, DcohError as
                               ReqOpcode as RQ, RwDOpcode as WD, SnpType as ST)
 from sw_model.coherence import (NXM_DATA, Answer, HostPermission, LineValueChecker, CoherenceViolation,
                                 birsp_allowed, expected_req, expected_rwd, host_region,
-                                sf_after_birsp)
+                                media_poison_after, sf_after_birsp)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CFG = DeviceConfig()
@@ -360,6 +360,21 @@ def test_header_fields_outside_their_widths_or_missing_raise_valueerror(hdr):
         expected_rwd(CFG, dict(hdr, poison=0))
 
 
+@pytest.mark.parametrize("poisoned,write_poison,be,after", [
+    (False, True, (1 << 64) - 1, True),      # a poisoned full-line write sets it
+    (False, True, 1 << 5, True),             # ... and a poisoned one-byte write
+    (True, True, 0, True),                   # ... and one with no byte enabled
+    (True, False, (1 << 64) - 1, False),     # a clean full-line write clears it
+    (True, False, (1 << 64) - 2, True),      # a clean 63-byte write leaves it
+    (True, False, 0, True),
+    (False, False, 1 << 7, False),
+    (False, False, (1 << 64) - 1, False),
+])
+def test_media_poison_after(poisoned, write_poison, be, after):
+    """The media's poison bit of a line after one write (docs/coherence.md "Poison")."""
+    assert media_poison_after(poisoned, write_poison, be) is after
+
+
 def test_rwd_rejects_bad_poison_and_sf_arguments():
     """poison must be 0/1 and sf one of None/I/S/A."""
     with pytest.raises(ValueError):
@@ -683,12 +698,35 @@ def test_reporting_contract_violations_raise_valueerror():
             bad()
 
 
+def test_read_poison_bit_follows_the_media_rule():
+    """The poison bit of a read is checked (data of a poisoned read is not): 0 on a line never
+    written with poison; after a poisoned write 1, kept by a partial clean write, cleared by a
+    full-line clean one; while a deciding write is in flight, either bit."""
+    c = LineValueChecker(raise_on_violation=False)
+    assert c.read(1, fill(0), 0, 1, poison=True) is not None          # never poisoned
+    assert c.violations[-1].rule == "poison"
+    c.write(2, fill(1), ALL, 10, 12, poison=True)
+    assert c.read(2, fill(1), 13, 14) is not None                     # must be poisoned
+    assert c.read(2, fill(0), 13, 14, poison=True) is None
+    c.write(2, fill(2), ALL >> 8, 20, 22)                             # partial clean: kept
+    assert c.read(2, fill(0), 23, 24, poison=True) is None
+    assert c.read(2, fill(2), 23, 24) is not None
+    h = c.write_begin(2, fill(3), ALL, 30)                            # full clean, in flight
+    assert c.read(2, fill(0), 31, 32, poison=True) is None
+    assert c.read(2, fill(3)[:56] + fill(1)[56:], 31, 32) is None
+    c.write_end(h, 35)
+    assert c.read(2, fill(3), 36, 37) is None
+    assert c.read(2, fill(3), 36, 37, poison=True) is not None        # cleared
+    assert [v.rule for v in c.violations] == ["poison"] * 4
+
+
 def test_poisoned_reads_are_counted_not_checked_and_violations_can_be_collected():
     """Poison is not a value: poisoned reads are skipped and counted; with
     raise_on_violation=False a failing read returns its CoherenceViolation and keeps going."""
     c = LineValueChecker(raise_on_violation=False)
     c.write(2, fill(9), ALL, 0, 1, poison=True)
     assert c.read(2, NXM_DATA, 5, 6, poison=True) is None
+    c.write(2, fill(7), ALL, 4, 7)         # a clean full-line write concurrent with the reads
     v = c.read(2, fill(8), 5, 6, who="host")
     assert isinstance(v, CoherenceViolation) and v.rule == "value" and v.line == 2 and v.times == (5, 6)
     assert "poisoned" in str(v)

@@ -1,5 +1,5 @@
 # amaranth: UnusedElaboratable=no
-"""Leaf components of the DCOH (hw/dcoh/): SnoopFilter, BITracker, WriteBuckets, PoisonTable and
+"""Leaf components of the DCOH (hw/dcoh/): SnoopFilter, BITracker, WriteBuckets and
 RoundRobinMerge, each against a small Python reference model checked every cycle.
 
 The models hold whole line addresses in dicts, sets and lists (a set index is ``line % sets``, a
@@ -21,7 +21,7 @@ import pytest
 from amaranth.hdl import ClockDomain, Elaboratable, Fragment, Module, Signal
 from amaranth.lib import data
 
-from hw.dcoh.hazards import PoisonTable, WriteBuckets
+from hw.dcoh.hazards import WriteBuckets
 from hw.dcoh.merge import RoundRobinMerge
 from hw.dcoh.snoop_filter import SF_A, SF_I, SF_S, SnoopFilter
 from hw.dcoh.tracker import BITracker
@@ -722,137 +722,6 @@ def test_write_buckets_constructor_rejects(n):
     """A bucket count that is not a power of two raises ValueError naming it."""
     with pytest.raises(ValueError, match=re.escape(f"bucket count must be a power of two, got {n}")):
         WriteBuckets(n=n, max_count=4, line_bits=8)
-
-
-# ==================================================================================== PoisonTable
-
-PT_CONFIGS = [
-    # n, line_bits, n_query, n_clr
-    (4, 3, 2, 2),
-    (1, 3, 2, 2),
-    (3, 4, 1, 3),
-]
-
-
-@pytest.mark.parametrize("n,line_bits,n_query,n_clr", PT_CONFIGS)
-@pytest.mark.parametrize("seed", [61, 62])
-def test_poison_table_matches_model(seed, n, line_bits, n_query, n_clr):
-    """Random sets (never when ``full``) and clears on every port (often of the line being set,
-    of listed lines, of unlisted lines, two ports on one line): every cycle ``full`` equals
-    (table holds ``n`` lines and set_line is not one of them) and each query's hit equals
-    membership in the model, where a cycle's effect is (listed - cleared) + set."""
-    rng = make_rng(seed)
-    dut = PoisonTable(n=n, line_bits=line_bits, n_query=n_query, n_clr=n_clr)
-    n_lines = 1 << line_bits
-    listed = set()
-    stats = Counter()
-
-    async def tb(ctx):
-        nonlocal listed
-        for cyc in range(400):
-            cur = sorted(listed)
-
-            def pick():
-                return rng.choice(cur) if cur and rng.random() < 0.5 else rng.randrange(n_lines)
-
-            set_line = pick()
-            full = len(listed) == n and set_line not in listed
-            set_en = not full and rng.random() < 0.5
-            clrs = [(rng.random() < 0.3, set_line if rng.random() < 0.25 else pick())
-                    for _ in range(n_clr)]
-            ctx.set(dut.set_en, set_en)
-            ctx.set(dut.set_line, set_line)
-            for c, (en, line) in zip(dut.clr, clrs):
-                ctx.set(c.en, en)
-                ctx.set(c.line, line)
-            qs = [rng.choice([set_line, pick(), rng.randrange(n_lines)]) for _ in range(n_query)]
-            for q, line in zip(dut.q, qs):
-                ctx.set(q.line, line)
-            where = f"cycle {cyc} (listed {cur}, set_line {set_line:#x})"
-            assert ctx.get(dut.full) == full, f"{where}: full, want {int(full)}"
-            for i, (q, line) in enumerate(zip(dut.q, qs)):
-                assert ctx.get(q.hit) == (line in listed), f"{where}: q[{i}] line {line:#x}"
-            cleared = {line for en, line in clrs if en}
-            stats["full"] += full
-            stats["set_listed_when_table_full"] += set_en and len(listed) == n
-            stats["set_and_clear_same"] += set_en and set_line in cleared
-            stats["two_clears"] += sum(en for en, _ in clrs) >= 2
-            stats["clear_unlisted"] += bool(cleared - listed)
-            await ctx.tick()
-            listed = (listed - cleared) | ({set_line} if set_en else set())
-            assert len(listed) <= n
-
-    simulate(dut, [tb], max_cycles=1000, name=f"poison_{n}_{seed}")
-    print(dict(stats))
-    for k in ("full", "set_listed_when_table_full", "set_and_clear_same", "two_clears",
-              "clear_unlisted"):
-        assert stats[k] > 0, f"weak stimulus: no {k} ({dict(stats)})"
-
-
-def test_poison_table_directed():
-    """n=2: set A, B -> full for C but not for A; setting A again while full keeps A and B
-    listed; set and clear of a listed line in one cycle keeps it; set and clear of an unlisted
-    line adds it; two clear ports remove two lines at once, or one line together; clearing an
-    unlisted line does nothing."""
-    A, B, C = 0x3, 0x5, 0x9
-    dut = PoisonTable(n=2, line_bits=4, n_query=2, n_clr=2)
-    log = []
-
-    async def tb(ctx):
-        def hits(*lines):
-            out = []
-            for line in lines:
-                ctx.set(dut.q[0].line, line)
-                ctx.set(dut.q[1].line, line)
-                h0, h1 = ctx.get(dut.q[0].hit), ctx.get(dut.q[1].hit)
-                assert h0 == h1
-                out.append(h0)
-            return out
-
-        def full_for(line):
-            ctx.set(dut.set_line, line)
-            return ctx.get(dut.full)
-
-        async def step(set_line=None, clr=(None, None)):
-            ctx.set(dut.set_en, set_line is not None)
-            if set_line is not None:
-                ctx.set(dut.set_line, set_line)
-            for c, line in zip(dut.clr, clr):
-                ctx.set(c.en, line is not None)
-                if line is not None:
-                    ctx.set(c.line, line)
-            await ctx.tick()
-            ctx.set(dut.set_en, 0)
-            for c in dut.clr:
-                ctx.set(c.en, 0)
-
-        assert hits(A, B, C) == [0, 0, 0] and full_for(A) == 0
-        await step(A)
-        await step(B)
-        assert hits(A, B, C) == [1, 1, 0]
-        assert (full_for(C), full_for(A), full_for(B)) == (1, 0, 0)
-        await step(A)                                   # already listed, table full: fine
-        assert hits(A, B, C) == [1, 1, 0]
-        log.append("full")
-
-        await step(A, clr=(A, None))                    # set wins
-        await step(B, clr=(None, B))
-        assert hits(A, B, C) == [1, 1, 0]
-        await step(clr=(C, None))                       # unlisted: no effect
-        assert hits(A, B, C) == [1, 1, 0]
-        await step(clr=(A, B))
-        assert hits(A, B, C) == [0, 0, 0] and full_for(C) == 0
-        log.append("set wins")
-
-        await step(C, clr=(C, C))                       # unlisted line set and cleared: added
-        assert hits(A, B, C) == [0, 0, 1]
-        await step(A)
-        await step(clr=(A, A))
-        assert hits(A, B, C) == [0, 0, 1] and full_for(B) == 0
-        log.append("clears")
-
-    simulate(dut, [tb], max_cycles=100, name="poison_directed")
-    assert log == ["full", "set wins", "clears"]
 
 
 # ================================================================================ RoundRobinMerge

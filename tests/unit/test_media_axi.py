@@ -20,9 +20,10 @@ class AXISlave:
     """In-order AXI4 slave over a line memory dict, with seeded random latency and stalls
     (AR/AW/W ready sometimes waits for valid, as AXI allows).
 
-    Records, for the host side to check against: the error flag of each read burst and each
-    write response (decided before the burst/response is driven, so in request order), and
-    each write as seen on AW/W (address, full strobe, full data)."""
+    Records, for the host side to check against: the error flag and the poison flag (RUSER on
+    one random beat) of each read burst and the error flag of each write response (decided
+    before the burst/response is driven, so in request order), and each write as seen on AW/W
+    (address, full strobe, full data, AWUSER)."""
 
     def __init__(self, dut, cfg, rng, mem, *, p_stall=0.3, max_lat=5, p_err=0.1):
         self.dut, self.axi, self.rng, self.mem = dut, dut.axi, rng, mem
@@ -33,7 +34,7 @@ class AXISlave:
         self.max_lat, self.p_err = max_lat, p_err
         self.cfg = cfg
         self.ar_q, self.aw_q, self.w_q, self.b_q = [], [], [], []
-        self.r_errs, self.b_errs, self.writes = [], [], []
+        self.r_errs, self.r_poisons, self.b_errs, self.writes = [], [], [], []
         self.max_rd_out = self.max_wr_out = 0
 
     def processes(self):
@@ -42,8 +43,8 @@ class AXISlave:
             self.ar, self.r, self.aw, self.w, self.b, self.monitor,
             check_channel(a.arvalid, a.arready, [a.arid, a.araddr, a.arlen, a.arsize, a.arburst],
                           "AR"),
-            check_channel(a.awvalid, a.awready, [a.awid, a.awaddr, a.awlen, a.awsize, a.awburst],
-                          "AW"),
+            check_channel(a.awvalid, a.awready, [a.awid, a.awaddr, a.awlen, a.awsize, a.awburst,
+                                                 a.awuser], "AW"),
             check_channel(a.wvalid, a.wready, [a.wdata, a.wstrb, a.wlast], "W"),
         ]
 
@@ -79,7 +80,10 @@ class AXISlave:
             _, line = self.ar_q.pop(0)
             err_beat = self.rng.randrange(self.beats) if self.rng.random() < self.p_err else None
             self.r_errs.append(err_beat is not None)
+            poison_beat = self.rng.randrange(self.beats) if self.rng.random() < 0.2 else None
+            self.r_poisons.append(poison_beat is not None)
             for beat in range(self.beats):
+                ctx.set(a.ruser, beat == poison_beat)
                 ctx.set(a.rid, 0)
                 ctx.set(a.rdata, (line >> (beat * self.dw)) & ((1 << self.dw) - 1))
                 ctx.set(a.rresp, RESP_SLVERR if beat == err_beat else 0)
@@ -100,12 +104,12 @@ class AXISlave:
         policy = ReadyPolicy(self.rng, self.stall.p)
         while True:
             ctx.set(a.awready, policy.ready())
-            *_, v, r, cid, addr, alen, size, burst = await ctx.tick().sample(
-                a.awvalid, a.awready, a.awid, a.awaddr, a.awlen, a.awsize, a.awburst)
+            *_, v, r, cid, addr, alen, size, burst, user = await ctx.tick().sample(
+                a.awvalid, a.awready, a.awid, a.awaddr, a.awlen, a.awsize, a.awburst, a.awuser)
             policy.observe(v, r)
             if v and r:
                 self._check_burst("AW", cid, addr, alen, size, burst)
-                self.aw_q.append(addr)
+                self.aw_q.append((addr, user))
 
     async def w(self, ctx):
         a = self.axi
@@ -129,9 +133,9 @@ class AXISlave:
         a, t = self.axi, 0
         while True:
             if self.aw_q and self.w_q:
-                addr = self.aw_q.pop(0)
+                addr, user = self.aw_q.pop(0)
                 data, strb = self.w_q.pop(0)
-                self.writes.append((addr, strb, data))
+                self.writes.append((addr, strb, data, user))
                 old = self.mem[addr >> 6]
                 for i in range(64):
                     if strb >> i & 1:
@@ -183,7 +187,8 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
     """Random reads/writes with random ids and stalls on both sides: reads return the last
     written data of their line, ids come back in request order, WSTRB = byte enables, burst fields
     right, outstanding reads/writes within max_reads/max_writes, AXI valid held until ready,
-    RRESP/BRESP errors reach rd_resp.err/wr_resp.err."""
+    RRESP/BRESP errors reach rd_resp.err/wr_resp.err, wr_req.poison goes out on AWUSER and a
+    RUSER on any beat of a burst reaches rd_resp.poison."""
     rng = make_rng(seed)
     cfg = small_cfg(dw)
     dut = MediaAXI(cfg)
@@ -196,7 +201,7 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
     rd_pending = {ln: 0 for ln in lines}
     wr_pending = {ln: 0 for ln in lines}
     exp_reads, exp_writes = [], []
-    got = {"rd": 0, "wr": 0, "rd_err": 0, "wr_err": 0}
+    got = {"rd": 0, "wr": 0, "rd_err": 0, "wr_err": 0, "rd_poison": 0, "wr_poison": 0}
 
     async def read_issuer(ctx):
         stall = Stall(rng, 0.3)
@@ -218,10 +223,11 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
                 await ctx.tick()
                 free = [ln for ln in lines if rd_pending[ln] == 0]
             ln, wid = rng.choice(free), rng.randrange(16)
-            be, data = random_be(rng), rng.getrandbits(512)
+            be, data, poison = random_be(rng), rng.getrandbits(512), int(rng.random() < 0.3)
             wr_pending[ln] += 1
-            exp_writes.append((wid, ln, be, data))
-            await send(ctx, port.wr_req, {"id": wid, "addr": ln, "be": be, "data": data}, stall)
+            exp_writes.append((wid, ln, be, data, poison))
+            await send(ctx, port.wr_req, {"id": wid, "addr": ln, "be": be, "data": data,
+                                          "poison": poison}, stall)
 
     async def read_responses(ctx):
         stall = Stall(rng, 0.3)
@@ -236,7 +242,10 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
             assert p.id == rid, f"read {n}: id {p.id}, want {rid} (request order)"
             assert p.data == data, f"read {n} of line {ln:#x}: data is not the last written"
             assert p.err == slave.r_errs[n], f"read {n}: err {p.err}, RRESP error {slave.r_errs[n]}"
+            assert p.poison == slave.r_poisons[n], \
+                f"read {n}: poison {p.poison}, RUSER {slave.r_poisons[n]}"
             got["rd_err"] += p.err
+            got["rd_poison"] += p.poison
             rd_pending[ln] -= 1
             n += 1
         got["rd"] = n
@@ -250,11 +259,13 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
             *_, v, r, p = await ctx.tick().sample(s.valid, s.ready, s.payload)
             if not (v and r):
                 continue
-            wid, ln, be, data = exp_writes[n]
+            wid, ln, be, data, poison = exp_writes[n]
             assert p.id == wid, f"write {n}: id {p.id}, want {wid} (request order)"
             assert p.err == slave.b_errs[n], \
                 f"write {n}: err {p.err}, BRESP error {slave.b_errs[n]}"
-            addr, strb, wdata = slave.writes[n]
+            addr, strb, wdata, user = slave.writes[n]
+            assert user == poison, f"write {n}: AWUSER {user}, poison {poison}"
+            got["wr_poison"] += user
             assert addr == ln << 6, f"write {n}: AWADDR {addr:#x}, want {ln << 6:#x}"
             assert strb == be, f"write {n}: WSTRB {strb:#018x} != be {be:#018x}"
             mask = sum(0xFF << 8 * i for i in range(64) if be >> i & 1)
@@ -272,6 +283,7 @@ def test_media_axi_random_traffic_against_axi_slave(dw, seed):
     assert not slave.ar_q and not slave.b_q and not slave.aw_q and not slave.w_q
     # the stimulus did exercise what it claims to
     assert got["rd_err"] > 0 and got["wr_err"] > 0
+    assert 0 < got["rd_poison"] < n_reads and 0 < got["wr_poison"] < n_writes
     assert slave.max_rd_out >= 2 and slave.max_wr_out >= 2
 
 

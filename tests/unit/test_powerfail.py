@@ -16,12 +16,25 @@ from sw_model.memory import MemoryImage
 STAGING = (0x10000, 0x4000)
 
 
-def _apply(mem, segments):
-    """Apply a write to ``mem`` the way the PMEM model does; returns a fake PendingWrite."""
+def _apply(mem, segments, poison=False):
+    """Apply a write to ``mem`` the way the PMEM model does (data, then the poison rule of
+    ``cosim.pmem.poison_update`` written out here: a poisoned write marks its lines, a clean
+    one clears the lines it writes completely); returns a fake PendingWrite."""
     old = [(a, mem.read(a, len(d))) for a, d in segments]
     for a, d in segments:
         mem.write(a, d)
-    return SimpleNamespace(segments=segments, old=old)
+    lines = sorted({(a + i) // 64 * 64 for a, d in segments for i in range(len(d))})
+    if poison:
+        poison_old = [(la, mem.is_poisoned(la)) for la in lines]
+        for la in lines:
+            mem.set_poison(la)
+    else:
+        full = [la for la in lines if all(any(a <= la + i < a + len(d) for a, d in segments)
+                                          for i in range(64))]
+        poison_old = [(la, True) for la in full if mem.is_poisoned(la)]
+        for la, _ in poison_old:
+            mem.set_poison(la, False)
+    return SimpleNamespace(segments=segments, old=old, poison=poison, poison_old=poison_old)
 
 
 def _base_mem():
@@ -193,8 +206,8 @@ def test_power_fail_reads_the_pmem_queues():
     # applied, unacknowledged: line 0 (one 64-byte burst)
     p.unacked.append(_apply(mem, [(0, b"\x10" * 64)]))
     # AW at 0x100 (4 beats of 16 B), two W beats received, not applied
-    p._aw_waiting.append((1, 0x100, 4, 4, 0))
-    p._aw_waiting.append((2, 0x200, 4, 4, 0))       # no data yet: cannot survive
+    p._aw_waiting.append((1, 0x100, 4, 4, 0, 0))
+    p._aw_waiting.append((2, 0x200, 4, 4, 0, 0))    # no data yet: cannot survive
     p._w_beats = [(int.from_bytes(b"\x20" * 16, "little"), full),
                   (int.from_bytes(b"\x21" * 16, "little"), full)]
     p.writes_in_flight = 3
@@ -221,6 +234,57 @@ def test_power_fail_w_without_aw_cannot_survive():
     img = power_fail(p, random.Random(1))
     assert img.bursts_without_data == 2 and img.words_survived == img.words_lost == 0
     assert img.mem == mem
+
+
+# ---- poison bits (docs/coherence.md "Poison", cosim/powerfail.py): acknowledged bits kept,
+# in-flight poisoned writes keep their poison whatever data survived, in-flight clears lost
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_poison_errs_towards_poisoned(seed):
+    """Lines 0..3 acknowledged poisoned, line 4 acknowledged clean. In flight: a clean
+    full-line write over line 0 (its clear is lost), a poisoned partial write of line 4 (its
+    poison survives even if none of its words does), a clean partial write of line 1 (no
+    change). Lines 2 and 3 stay poisoned with no write in flight; line 5 is never poisoned."""
+    mem = _base_mem()
+    for la in (0, 64, 128, 192):
+        mem.set_poison(la)
+    pws = [_apply(mem, [(0, b"\x11" * 64)]),
+           _apply(mem, [(4 * 64 + 8, b"\x22" * 8)], poison=True),
+           _apply(mem, [(64, b"\x33" * 16)])]
+    assert not mem.is_poisoned(0) and mem.is_poisoned(256)      # the live rule applied
+    for p_survive in (0.0, 0.5, 1.0):
+        img, _ = crash_memory(mem, pws, [], random.Random(seed), p_survive=p_survive)
+        assert img.poisoned_lines() == [0, 64, 128, 192, 256], (p_survive, seed)
+    assert mem.poisoned_lines() == [64, 128, 192, 256]           # the model is not modified
+
+
+def test_poison_of_acknowledged_writes_and_unapplied_aw():
+    """An acknowledged clear and set are kept (nothing in flight); an accepted poisoned AW
+    with no data applied yet poisons its lines (128-bit bus: 4 beats, one line); a clean AW
+    changes nothing; staging lines lose their poison with their contents."""
+    from cosim.powerfail import power_fail
+    mem = _base_mem()
+    mem.set_poison(0x40)
+    mem.set_poison(STAGING[0] + 0x80)
+    p = _fake_pmem(mem)
+    p._aw_waiting.append((1, 0x100, 4, 4, 0, 1))
+    p._aw_waiting.append((2, 0x180, 4, 4, 0, 0))
+    img = power_fail(p, random.Random(2), staging=STAGING)
+    assert img.mem.poisoned_lines() == [0x40, 0x100]
+    assert img.mem.copy().poisoned_lines() == [0x40, 0x100]
+    assert mem.poisoned_lines() == [0x40, STAGING[0] + 0x80]
+
+
+def test_image_equality_includes_poison():
+    """Two images with the same bytes differ when a poison bit differs (diff names it)."""
+    a = _base_mem()
+    b = a.copy()
+    assert a == b
+    b.set_poison(0x1000)
+    assert a != b
+    (addr, desc), = a.diff(b)
+    assert addr == 0x1000 and "poison self=0 other=1" in desc
 
 
 def test_golden_model_recovers_every_single_inflight_write_crash():

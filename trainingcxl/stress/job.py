@@ -52,6 +52,7 @@ class StressBlock:
     trace: bool
     conflict_tag: str
     profile: str | None = None
+    poison: float = 0.0
 
 
 def _device_config(name: str):
@@ -82,7 +83,7 @@ def run_block(block: StressBlock, *, progress=None) -> dict:
                           strict_media=block.strict_media, host_trace=block.trace),
         messages=block.messages, lines=block.lines, stall=block.stall, seed=block.seed,
         pmem_stall=block.pmem_stall, conflict_tag=block.conflict_tag, out=str(result),
-        profile=block.profile)
+        profile=block.profile, poison=block.poison)
     err = None
     try:
         cb.run(b, "trainingcxl.stress.tb", seed=block.seed, params=run_params,
@@ -154,6 +155,9 @@ def main(argv=None) -> int:
     ap.add_argument("--trace", action="store_true", help="log every host and device message")
     ap.add_argument("--config", choices=("main", "small"), default="main")
     ap.add_argument("--conflict-tag", choices=("fresh", "req"), default="fresh")
+    ap.add_argument("--poison", type=float, default=0.0,
+                    help="probability that a host uncached write carries poison (the checker "
+                         "then checks every read's poison bit against the media rule)")
     ap.add_argument("--out", type=Path, default=Path("build/stress"), help="report directory")
     ap.add_argument("--profile", type=Path, default=None,
                     help="write a cProfile of the simulator's stress loop here (per block: "
@@ -174,7 +178,8 @@ def _stress(args, ex) -> int:
         shutil.rmtree(report_dir / "blocks")
     print(f"stress: seed={args.seed} messages={args.messages} blocks={args.blocks} "
           f"lines={args.lines} stall={args.stall} latency={args.latency} config={args.config} "
-          f"conflict_tag={args.conflict_tag}; {ex.description}", flush=True)
+          f"conflict_tag={args.conflict_tag} poison={args.poison}; {ex.description}",
+          flush=True)
     t0 = time.monotonic()
     b = _build(args.config)            # once, before any task: the workers find it cached
     n, k = args.messages, args.blocks
@@ -183,7 +188,7 @@ def _stress(args, ex) -> int:
         out=str(report_dir / "blocks" / f"{i:03d}"), build=b, config=args.config,
         lines=args.lines, stall=args.stall, latency=args.latency, pmem_stall=args.pmem_stall,
         strict_media=args.strict_media, trace=args.trace, conflict_tag=args.conflict_tag,
-        profile=(str(args.profile.resolve()) + (f".{i}" if k > 1 else ""))
+        poison=args.poison, profile=(str(args.profile.resolve()) + (f".{i}" if k > 1 else ""))
         if args.profile else None) for i in range(k)]
     results = ex.map(run_block, blocks, desc="stress", unit="block", progress=k > 1)
     missing = [r for r in results if r.get("missing")]

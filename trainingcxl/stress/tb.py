@@ -26,7 +26,8 @@ class StressParams:
     """``bench``: device configuration, PMEM latency, host trace, strict media check;
     ``messages``: host messages; ``lines``: hot lines; ``stall``: host and device channel stall
     probability; ``pmem_stall``: PMEM AXI stall probability; ``conflict_tag``: ``fresh`` or
-    ``req`` (``HostKnobs``); ``out``: the result JSON; ``profile``: a cProfile path."""
+    ``req`` (``HostKnobs``); ``poison``: probability that a host uncached write carries poison
+    (``HostKnobs.poison_p``); ``out``: the result JSON; ``profile``: a cProfile path."""
     out: str
     bench: BenchConfig = BenchConfig()
     messages: int = 10000
@@ -36,6 +37,7 @@ class StressParams:
     pmem_stall: float = 0.0
     conflict_tag: str = "fresh"
     profile: str | None = None
+    poison: float = 0.0
 
 
 @cocotb.test()
@@ -43,7 +45,7 @@ async def stress(dut):
     """One long random run; results go to ``StressParams.out`` (JSON)."""
     p = params.load(StressParams)
     n, n_lines, stall, seed, pmem_stall = p.messages, p.lines, p.stall, p.seed, p.pmem_stall
-    knobs = HostKnobs(conflict_tag=p.conflict_tag)
+    knobs = HostKnobs(conflict_tag=p.conflict_tag, poison_p=p.poison)
     tb = DcohTB(dut, seed=seed, host_stall=stall, dev_stall=stall, pmem_stall=pmem_stall,
                 knobs=knobs, log_writes=False)
     await tb.reset()

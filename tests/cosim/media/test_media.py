@@ -20,10 +20,14 @@ LOOKUP without LOG on each of its reads; seeded random faults over whole batches
 reported); recovery meeting a read or write error (reported, stops unready, a retry restores
 the rows); a completion record write that fails (reported in the error registers); a SNAPSHOT
 copy meeting a read or write error (reported, the MLP slot unchanged, a retry works); a host
-read (CXL.mem MemRd) of a line whose media read fails returns poisoned data.
+read (CXL.mem MemRd) of a line whose media read fails returns poisoned data; a line the host
+wrote with poison stays poisoned across a power failure and recovery (host read poison, LOOKUP
+MEDIA) until a full-line clean write.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
 """
+import random
+
 import cocotb
 import numpy as np
 import pytest
@@ -31,6 +35,7 @@ from cocotb.triggers import ClockCycles
 
 from cosim import build as cb
 from cosim.pmem import MediaFault
+from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.tb.device import E, K, commit, lookup, update
 from hw.config import DeviceConfig
@@ -437,8 +442,87 @@ async def media_host_read_poisoned(dut):
     assert bytes(t.drs_data) == tb.model.mem.read(a, LINE)
 
 
+# ---------------------------------------------------------------------------- 10. poison
+@cocotb.test()
+async def media_poison_survives_power_failure(dut):
+    """A host MemWr with poison to a table row's line (row = one line, dim 16), acknowledged;
+    the power fails (cosim.powerfail) and the device restarts on the crash image and recovers:
+    the line is still poisoned in the image; a host MemRd of it returns MemData poison 1; a
+    LOOKUP reading the row completes with MEDIA (docs/coherence.md "Poison", device reads
+    ``err``), one not reading it is OK and equals the model. A partial clean MemWrPtl leaves
+    it poisoned; a full-line clean MemWr clears it: the host reads the written bytes without
+    poison and the LOOKUP of the row equals the model."""
+    tb = await fresh(dut, "poison", [(0, 16, 16, 0.0)])
+    cfg, host = tb.cfg, tb.drv.host
+    dirs = dict(tb.tables)
+    R = 5
+    a = row_addr(tb, 0, R)
+    assert a % LINE == 0
+    bad = bytes(range(64))
+
+    async def host_read():
+        t = await tb.drv.host.read(a // LINE, "cur", wait=False)
+        await tb.drv.host.wait_txn(t)
+        return int(t.drs["poison"]), bytes(t.drs_data)
+
+    async def host_write(data, **kw):
+        t = await tb.drv.host.write(a // LINE, data, wait=False, **kw)
+        await tb.drv.host.wait_txn(t)
+        tb.model.mem.write(a, data if kw.get("be") is None else bytes(
+            data[i] if kw["be"] >> i & 1 else tb.model.mem.read(a + i, 1)[0]
+            for i in range(LINE)))
+
+    async def lookups(tag):
+        """(LOOKUP of bags reading row R, LOOKUP of bags not reading it) on fresh staging."""
+        with_r = lookup(0, 2, *staged_bags(tb, [0, 2, 4], [1, R, 3, 9]), tb.out_area(2 * 64),
+                        log=False, tag=tag)
+        out = tb.out_area(2 * 64)
+        without = lookup(0, 2, *staged_bags(tb, [0, 2, 3], [2, 7, 11]), out, log=False,
+                         tag=tag + 1)
+        return with_r, without, out
+
+    await host_write(bad, poison=1)
+    await tb.pmem.settle()          # (the C++ model: the B handshake's edge evaluated)
+    assert tb.mem.is_poisoned(a) and tb.mem.read(a, LINE) == bad
+    assert tb.pmem.writes_in_flight == 0
+    img = power_fail(tb.pmem, random.Random(tb.seed),
+                     staging=(cfg.staging_base, cfg.staging_size))
+    assert img.mem.is_poisoned(a) and img.mem.read(a, LINE) == bad
+    await tb.power_on(in_reset=lambda: tb.drv.load_image(img))
+    await tb.recover()
+    await restore_config(tb, dirs)
+    assert tb.mem.is_poisoned(a)
+    poison, _ = await host_read()
+    assert poison == 1, tb.where("a poisoned line read back without poison after recovery")
+
+    with_r, without, out = await lookups(10)
+    (c,), _ = await submit(tb, [with_r], "LOOKUP of the poisoned row")
+    expect_status(tb, c, E.MEDIA, "LOOKUP reading a poisoned line")
+    want = model_run(tb, [without])[0]
+    (c,), _ = await submit(tb, [without], "LOOKUP not reading it")
+    expect_status(tb, c, E.OK, "LOOKUP not reading the poisoned line")
+    assert int(c["rows"]) == int(want["rows"])
+    assert tb.mem.read(out, 2 * 64) == tb.model.mem.read(out, 2 * 64)
+
+    await host_write(bytes([0x5A]) * 64, be=(1 << 64) - 1 - (1 << 17))   # MemWrPtl, 63 bytes
+    poison, _ = await host_read()
+    assert poison == 1, tb.where("a partial clean write cleared the poison")
+    good = tb.rng.integers(-2**20, 2**20, 16, dtype=np.int64).astype("<i4").tobytes()
+    await host_write(good)
+    assert not tb.mem.is_poisoned(a)
+    poison, data = await host_read()
+    assert (poison, data) == (0, good), tb.where(f"after a clean MemWr: poison {poison}")
+    with_r, _, _ = await lookups(20)
+    want = model_run(tb, [with_r])[0]
+    (c,), _ = await submit(tb, [with_r], "LOOKUP of the cleaned row")
+    expect_status(tb, c, E.OK, "LOOKUP of the row after the clean write")
+    assert int(c["rows"]) == int(want["rows"])
+    out_r = int(unpack_fields(DESC_FIELDS, with_r)["data_addr"])
+    assert tb.mem.read(out_r, 2 * 64) == tb.model.mem.read(out_r, 2 * 64)
+
+
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 3 + 1
+MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 3 + 1 + 1
 
 
 @pytest.fixture(scope="module")

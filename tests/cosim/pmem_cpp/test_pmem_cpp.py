@@ -12,7 +12,9 @@ checks every completion, the memory image and the CSRs against the golden model
 The launcher (end of file) then requires, between the Python-model run and the C++-model
 run: the raw boundary traces (every handshake on CXL.mem, the media port and the CSR port,
 with its cycle) byte for byte equal, and the crash image (every line, by SHA-256) and its
-statistics equal at each of the ``CUT`` cycles. Media faults: the cocotb tests of tests/cosim/media named in
+statistics equal at each of the ``CUT`` cycles; host writes with poison (acknowledged, cleared
+fully or partly, and in flight at the first cuts) make the per-line poison bits part of every
+image compared. Media faults: the cocotb tests of tests/cosim/media named in
 ``MEDIA_TESTS`` (seeded random faults, read and write faults with garbage data, faults during
 recovery and snapshots), recorded on both models, give byte-equal traces (every error
 response on the media port and every report it causes) and pass their own checks against the
@@ -45,9 +47,13 @@ def _batch(tb, b, tag):
 
 
 def _digest(mem) -> str:
+    """SHA-256 of every line (address, bytes), then of every poisoned line address."""
     h = hashlib.sha256()
     for a in sorted(mem._lines):
         h.update(a.to_bytes(8, "little") + bytes(mem._lines[a]))
+    h.update(b"poisoned")
+    for a in sorted(mem.poisoned):
+        h.update(a.to_bytes(8, "little"))
     return h.hexdigest()
 
 
@@ -72,6 +78,22 @@ async def pmem_parity_run(dut):
     lines = await tb.drv.read_lines([base0, base0 + 3 * LINE, cfg.superblock_base])
     assert lines[0] == tb.model.mem.read(base0, LINE), tb.where("host read of row 0")
 
+    # poison (docs/coherence.md "Poison"): lines of the table region no table uses, written
+    # by the host with poison: two acknowledged (one then cleared by a full-line write, one
+    # cleared only partly), four more still in flight at the first crash images
+    spare = [tb.talloc.alloc(LINE) for _ in range(6)]
+    host = tb.drv.host
+    for a in spare[:2]:
+        await host.write(a // LINE, bytes([0xE1]) * LINE, poison=1)
+    await host.write(spare[0] // LINE, bytes([0xE2]) * LINE)
+    await host.write(spare[1] // LINE, bytes([0xE3]) * LINE, (1 << 64) - 2)
+    poisoned = [await host.read(a // LINE, "cur") for a in spare[:2]]
+    assert [int(t.drs["poison"]) for t in poisoned] == [0, 1], tb.where("poison after writes")
+    for a in spare[:2]:
+        tb.model.mem.write(a, tb.mem.read(a, LINE))      # (bytes no engine reads)
+    for a in spare[2:]:
+        await host.write(a // LINE, bytes([0xE4]) * LINE, poison=1, wait=False)
+
     # power fails while batch 3 runs
     # A crash image is taken (power_fail only reads the model) on each of the first CUT
     # cycles with a write in flight; the power really fails at the last of them.
@@ -85,10 +107,12 @@ async def pmem_parity_run(dut):
         cycle = tb.pmem.cycle
         img = power_fail(tb.pmem, random.Random(tb.seed + cycle), staging=staging, cycle=cycle)
         images.append([cycle, _digest(img.mem), img.unapplied, img.bursts_without_data,
-                       img.words_survived, img.words_lost])
+                       img.words_survived, img.words_lost, sorted(img.mem.poisoned)])
         if len(images) == CUT:
             break
     stats = tb.pmem.stats()
+    assert any(a in im[6] for im in images for a in spare[2:]), \
+        tb.where("no crash image holds an in-flight poisoned write")
     report = {"cycle": cycle, "pmem_stats": stats, "images": images,
               "image_lines": len(img.mem._lines),
               "crash": {k: getattr(img, k) for k in (
@@ -166,8 +190,9 @@ def test_cpp_pmem_crash_image_equals_python(runs, seed):
 # a quick cross-section of tests/cosim/media (15 cocotb tests, about 20 s a model)
 MEDIA_TESTS = ("media_random_faults_every_one_reported|media_lookup_no_log|"
                "media_completion_write_fails|media_snapshot_copy_reports|"
-               "media_host_read_poisoned|media_recovery_reports")
-N_MEDIA_TESTS = 3 + 4 + 1 + 3 + 1 + 3
+               "media_host_read_poisoned|media_recovery_reports|"
+               "media_poison_survives_power_failure")
+N_MEDIA_TESTS = 3 + 4 + 1 + 3 + 1 + 3 + 1
 
 
 @pytest.mark.cosim

@@ -11,6 +11,9 @@ side in one run) is verilated with a C++ ``main`` that holds reset for 8
 cycles and then toggles the clock ``N`` times with every host channel idle (valid low, ready
 high; the media port ready, no responses). Each build (configuration × revision × option set)
 is cached under ``<out>/verilator/<key>``; the timed loop excludes reset and construction.
+Every build is made first; the idle runs then go in rounds, each round running every build once
+in turn, so a busy machine slows all of them alike, and ``--against`` also reports the ratio of
+each round's pair.
 Prints a table and writes ``<out>/verilator_speed.json``.
 
 With ``--load DIR`` (a recording of ``trainingcxl train --stimulus DIR``, see
@@ -242,16 +245,30 @@ def _build(verilog: str, cpp: str, opts: tuple, root: Path) -> Path:
     return exe
 
 
+def _run_once(exe: Path, cycles: int) -> float:
+    out = subprocess.run([str(exe), str(cycles)], check=True, capture_output=True,
+                         text=True).stdout
+    r = json.loads(out.strip().splitlines()[-1])
+    return r["cycles"] / r["seconds"]
+
+
+def _summary(rates: list) -> dict:
+    rates = sorted(rates)
+    return {"best": rates[-1], "median": rates[len(rates) // 2], "runs": rates}
+
+
 def measure(exe: Path, cycles: int, repeats: int = 3) -> dict:
     """Best and median cycles/s of ``repeats`` runs of ``cycles`` clock cycles."""
-    rates = []
-    for _ in range(repeats):
-        out = subprocess.run([str(exe), str(cycles)], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out.strip().splitlines()[-1])
-        rates.append(r["cycles"] / r["seconds"])
-    rates.sort()
-    return {"best": rates[-1], "median": rates[len(rates) // 2], "runs": rates}
+    return _summary([_run_once(exe, cycles) for _ in range(repeats)])
+
+
+def measure_interleaved(exes: list, cycles: int, repeats: int = 3) -> list:
+    """``repeats`` rounds, each running every build in ``exes`` once in turn (so machine load
+    falls on all of them alike); per build the best and median cycles/s and the runs in round
+    order (``rounds``), from which paired ratios are taken."""
+    rounds = [[_run_once(exe, cycles) for exe in exes] for _ in range(repeats)]
+    return [dict(_summary([r[k] for r in rounds]), rounds=[r[k] for r in rounds])
+            for k in range(len(exes))]
 
 
 def measure_replay(exe: Path, stim: Path, cycles: int, repeats: int = 3) -> dict:
@@ -348,34 +365,38 @@ def main(argv=None) -> int:
             old.mkdir()
             _extract_hw(Path.cwd(), a.against, old)
             trees[a.against] = old
+        idle = []                                # (row, exe) of every idle build
         for tree, src in trees.items():
             for config in configs:
-                vdir = Path(tmp) / f"v-{len(rows)}"
+                vdir = Path(tmp) / f"v-{len(idle)}"
                 verilog, ports = _verilog(src, config, vdir)
                 for opts in opt_sets:
                     t0 = time.monotonic()
                     exe = _build(verilog, harness_cpp(ports), OPTION_SETS[opts], root)
-                    built = time.monotonic() - t0
-                    m = measure(exe, a.cycles, a.repeats)
-                    rows.append({"hw": tree, "config": config, "opts": opts,
-                                 "verilog_lines": verilog.count("\n"), "build_s": round(built, 1),
-                                 "cycles": a.cycles, **m})
-                    print(f"  {tree:12s} {config:10s} {opts:9s} {m['median']:12,.0f} cycles/s "
-                          f"(best {m['best']:,.0f}; {verilog.count(chr(10)):,} lines of Verilog)",
-                          flush=True)
+                    idle.append(({"hw": tree, "config": config, "opts": opts,
+                                  "verilog_lines": verilog.count("\n"),
+                                  "build_s": round(time.monotonic() - t0, 1),
+                                  "cycles": a.cycles}, exe))
+                    print(f"  built {tree:12s} {config:10s} {opts:9s} "
+                          f"({verilog.count(chr(10)):,} lines of Verilog)", flush=True)
                     if loaded and tree == "this tree" and config == loaded["config_name"]:
                         n = loaded["cycles"]
                         t0 = time.monotonic()
-                        exe = _build(verilog, replay_cpp(loaded), OPTION_SETS[opts], root)
+                        rexe = _build(verilog, replay_cpp(loaded), OPTION_SETS[opts], root)
                         built = time.monotonic() - t0
                         write_init(a.load, loaded)
-                        m = measure_replay(exe, a.load.resolve(), n, a.repeats)
+                        m = measure_replay(rexe, a.load.resolve(), n, a.repeats)
                         rows.append({"hw": tree, "config": config, "opts": opts,
                                      "load": "training", "verilog_lines": verilog.count("\n"),
                                      "build_s": round(built, 1), "cycles": n, **m})
                         print(f"  {tree:12s} {config:10s} {opts:9s} {m['median']:12,.0f} "
                               f"cycles/s under the training load (best {m['best']:,.0f}; "
                               f"{n:,} recorded cycles, every output checked)", flush=True)
+        print(f"  idle: {a.repeats} rounds of {len(idle)} builds in turn, {a.cycles:,} cycles "
+              "each", flush=True)
+        for (row, _), m in zip(idle, measure_interleaved([e for _, e in idle], a.cycles,
+                                                         a.repeats)):
+            rows.append({**row, **m})
     print("\n| hw | config | options | load | Verilog lines | cycles/s (median) | best |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -389,8 +410,13 @@ def main(argv=None) -> int:
                 old = [r for r in rows if r["hw"] == a.against and r["config"] == config
                        and r["opts"] == opts and "load" not in r]
                 if new and old:
-                    print(f"ratio {config} {opts}: {new[0]['median'] / old[0]['median']:.2f}x "
-                          f"(this tree / {a.against})")
+                    pairs = sorted(x / y for x, y in zip(new[0]["rounds"], old[0]["rounds"]))
+                    new[0]["ratio_vs_against"] = {"of_medians": new[0]["median"] /
+                                                  old[0]["median"], "per_round": pairs}
+                    print(f"ratio {config} {opts} (this tree / {a.against}): medians "
+                          f"{new[0]['median'] / old[0]['median']:.2f}x; per round "
+                          f"{', '.join(f'{x:.2f}' for x in pairs)} (median "
+                          f"{pairs[len(pairs) // 2]:.2f}x)")
     path = a.out / "verilator_speed.json"
     path.write_text(json.dumps({"stimulus": str(a.load) if a.load else None, "rows": rows},
                                indent=1) + "\n")

@@ -111,9 +111,11 @@ MUTANT_ENV = "TRAININGCXL_MUTANT"       # the mutant a run activates (+mutsel=<i
 # Yosys' flattened netlist (cosim.mutants) joins Amaranth's per-module signals into wide wires
 # whose bits feed each other: Verilator sees word-level combinational loops (UNOPTFLAT, a
 # scheduling-performance warning; a real loop still fails at run time with "didn't converge").
-# Waived for mutant netlists only, recognised by their selector.
+# Yosys writes each $pmux (a one-hot selected mux) as a `casez` whose patterns overlap
+# (CASEOVERLAP); the first match wins, which for a one-hot select is the $pmux itself.
+# Both waived for mutant netlists only, recognised by their selector.
 MUTANT_MARKER = '$value$plusargs("mutsel='
-MUTANT_WAIVERS = ("-Wno-UNOPTFLAT",)
+MUTANT_WAIVERS = ("-Wno-UNOPTFLAT", "-Wno-CASEOVERLAP")
 SIMULATORS = ("verilator", "icarus")
 # cocotb's Icarus runner puts -g2012 before these; iverilog takes the last -g<generation>.
 ICARUS_ARGS = ("-g2005",)

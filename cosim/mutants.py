@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
-           "mutant_verilog", "load_list", "PREPARE"]
+           "mutant_verilog", "load_list", "PREPARE", "prove_equivalent"]
 
 MUTSEL_WIDTH = 16
 # The netlist every candidate is drawn from and every mutant is applied to: the same script
@@ -69,7 +69,8 @@ def design_rtlil(component, name: str) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...]) -> dict[str, str]:
+def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...],
+               timeout: float | None = None) -> dict[str, str]:
     """Run Yosys on ``rtlil_text`` (file ``design.il``) with ``script``; return the text of the
     named output files. YoWASP tools cannot see absolute /tmp paths: cwd and relative names."""
     scratch = Path(tempfile.mkdtemp(prefix="mutants-"))
@@ -79,7 +80,7 @@ def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...]) -> 
         # the environment as it is: YoWASP keeps its compiled WebAssembly under
         # XDG_CACHE_HOME (a fresh cache would cost about 30 s of compilation per call)
         r = subprocess.run([_yosys(), "-q", "-s", "script.ys"], cwd=scratch,
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, timeout=timeout)
         if r.returncode:
             raise MutantError(f"yosys failed (exit {r.returncode}):\n{r.stdout[-3000:]}"
                               f"{r.stderr[-3000:]}")
@@ -161,3 +162,25 @@ def load_list(path) -> dict:
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise MutantError(f"bad mutant list {path}: {e!r}") from None
     return designs
+
+
+def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, seq: int = 4,
+                     timeout: float = 300.0) -> bool:
+    """True when Yosys proves the mutant ``cmd`` equivalent to the original design: the
+    prepared netlist is copied, the copy mutated (no selector), both optimised, matched by
+    signal name (``equiv_make``) and every match proven by ``equiv_simple -seq`` and
+    ``equiv_induct -seq`` (temporal induction with no reset assumption, so a proof holds from
+    any state in which the matched signals agree). False when unproven, on a Yosys error or
+    after ``timeout`` seconds: "equivalent" is only ever claimed with a proof."""
+    gate_cmd = re.sub(r"-module \S+", "-module gate", cmd)
+    if gate_cmd == cmd:
+        raise MutantError(f"mutation {cmd!r} names no -module")
+    script = [*_prepare(top), f"rename {top} gold", "copy gold gate", f"mutate {gate_cmd}",
+              "opt -full gold gate", "opt_clean -purge gold gate",
+              "equiv_make gold gate equiv", "hierarchy -top equiv",
+              f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}", "equiv_status -assert"]
+    try:
+        _run_yosys(rtlil_text, script, (), timeout=timeout)
+    except (MutantError, subprocess.TimeoutExpired):
+        return False
+    return True

@@ -19,8 +19,9 @@ per block, and a bench that does not cover a block is never run against its muta
 
 *Outcomes.* ``killed`` (a bench failed: a cocotb test, an RTL ``Assert``, the simulator died),
 ``timeout`` (killed by hang), ``survived`` (every selected bench passed), ``equivalent``
-(proven: the mutated netlist, after ``opt``, is identical to the original; see
-:func:`_equivalent`). Before any mutant counts, mutant 0 (no mutation, the mutant build itself)
+(a survivor that Yosys proves equivalent to the original, ``cosim.mutants.prove_equivalent``;
+only survivors are tried, since a killed mutant is not equivalent; ``--prove-only`` reruns the
+proofs on an existing report). Before any mutant counts, mutant 0 (no mutation, the mutant build itself)
 must pass every bench of every target.
 
 Exit status 0 when the campaign ran (the score is a result, not a pass/fail), 1 when mutant 0
@@ -283,6 +284,11 @@ def _parser():
                    help="report directory (default build/mutate): hw.json, mutants.json")
     p.add_argument("--only", default=None, metavar="IDS",
                    help="run only these mutant ids (comma-separated) of the drawn list")
+    p.add_argument("--prove-timeout", type=float, default=120.0, metavar="S",
+                   help="seconds for each survivor's equivalence proof (0: no proofs; "
+                        "default 120)")
+    p.add_argument("--prove-only", action="store_true",
+                   help="only (re)run the equivalence proofs of <out>/hw.json's survivors")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from trainingcxl import cluster
     cluster.add_arguments(p)
@@ -313,8 +319,17 @@ def main(argv=None) -> int:
         except ValueError:
             parser.error(f"--only takes comma-separated mutant ids, got {args.only!r}")
 
+    if args.prove_timeout < 0:
+        parser.error(f"--prove-timeout must be >= 0, got {args.prove_timeout:g}")
+
     t_start = time.monotonic()
     out = args.out.resolve()
+    if args.prove_only:
+        if not (out / "hw.json").is_file():
+            parser.error(f"--prove-only: no report {out / 'hw.json'} (run the campaign first)")
+        report = json.loads((out / "hw.json").read_text())
+        _prove_survivors(report["mutants"], report["targets"], args.prove_timeout)
+        return _finish(report, out, time.monotonic() - t_start + report.get("wall_s", 0))
     out.mkdir(parents=True, exist_ok=True)
     print(f"mutate-hw: seed {args.seed} (reproduce: --seed {args.seed}), targets "
           f"{','.join(targets)}, {args.mutants} mutants")
@@ -363,20 +378,50 @@ def main(argv=None) -> int:
     for m in table:
         if m["id"] in by_id:
             m.update({k: v for k, v in by_id[m["id"]].items() if k != "id"})
-    ran = [m for m in table if "outcome" in m]
-    summary = summarise(ran)
-    wall = time.monotonic() - t_start
     report = {"seed": args.seed, "targets": targets, "generated": len(table),
-              "ran": len(ran), "wall_s": round(wall, 1), "summary": summary,
-              "survivors": [m for m in ran if m["outcome"] == "survived"],
               "timeouts_s": {f"{t}:{i}": round(v) for (t, i), v in timeouts.items()},
               "builds": builds, "mutants": table}
+    (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")   # before the proofs
+    if args.prove_timeout:
+        _prove_survivors(table, targets, args.prove_timeout)
+    return _finish(report, out, time.monotonic() - t_start)
+
+
+def _prove_survivors(table: list[dict], targets: list[str], timeout: float) -> None:
+    """Survivors proven equivalent (``cosim.mutants.prove_equivalent``) become ``equivalent``.
+    Mutations of a clock input are never proven: the proof steps every flip-flop together, so
+    it cannot see a register moved to the other clock edge."""
+    from cosim import mutants as mu
+    todo = [m for m in table if m.get("outcome") == "survived" and "proof" not in m]
+    rtlil = {}
+    for m in todo:
+        if "-port CLK " in m["cmd"] + " ":
+            m["proof"] = "not attempted (clock port)"
+            continue
+        t = m["target"]
+        if t not in rtlil:
+            rtlil[t] = mu.design_rtlil(_component(t), TARGETS[t].top)[0]
+        t0 = time.monotonic()
+        proven = mu.prove_equivalent(rtlil[t], TARGETS[t].top, m["cmd"], timeout=timeout)
+        m["proof"] = f"{'proven' if proven else 'not proven'} ({time.monotonic() - t0:.0f} s)"
+        print(f"mutate-hw: survivor {m['id']} ({m['src']}): equivalence {m['proof']}")
+        if proven:
+            m["outcome"] = "equivalent"
+
+
+def _finish(report: dict, out: Path, wall: float) -> int:
+    table = report["mutants"]
+    ran = [m for m in table if "outcome" in m]
+    summary = summarise(ran)
+    report.update({"ran": len(ran), "wall_s": round(wall, 1), "summary": summary,
+                   "survivors": [m for m in ran if m["outcome"] == "survived"],
+                   "equivalent": [m for m in ran if m["outcome"] == "equivalent"]})
     (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")
     print_table(summary)
     print(f"mutate-hw: {len(ran)} of {len(table)} mutants ran in {wall / 60:.1f} min; "
           f"{len(report['survivors'])} survivors listed in {out / 'hw.json'}")
     for m in report["survivors"]:
-        print(f"  survivor {m['id']:4d} {m['block']:<12} {m['src']:<28} {m['cmd']}")
+        print(f"  survivor {m['id']:4d} {m['block'] or 'other':<12} {m['src']:<28} {m['cmd']}")
     return 0
 
 

@@ -69,7 +69,8 @@ TARGETS = {
     "csr": Target("csr", "trainingcxl_csr", ("hw/csr/",), (
         Bench("tests.cosim.csr.test_csr", "", 6, ("CSR",)),), 0.25),
     "dcoh": Target("dcoh", "dcoh_testtop", ("hw/dcoh/", "hw/media_axi.py"), (
-        Bench("tests.cosim.dcoh.test_dcoh", "dcoh_main", 8, ("DCOH", "media port")),), 0.45),
+        Bench("tests.cosim.dcoh.test_dcoh", "dcoh_main", 8, ("DCOH", "media port")),
+        Bench("tests.cosim.dcoh.test_dcoh_pressure", "bench_config", 2, ("DCOH",))), 0.45),
     "lookup": Target("lookup", "lookup_slice", ("hw/gather/",), (
         Bench("tests.cosim.gather.test_gather", "bench_config", 8, ("gather", "DCOH")),
         Bench("tests.cosim.coherent_lookup.test_coherent_lookup", "bench_config", 2,
@@ -289,6 +290,9 @@ def _parser():
                         "default 120)")
     p.add_argument("--prove-only", action="store_true",
                    help="only (re)run the equivalence proofs of <out>/hw.json's survivors")
+    p.add_argument("--rerun-survivors", action="store_true",
+                   help="run <out>/hw.json's survivors again against today's benches (tests "
+                        "added since), then prove the rest; the report keeps first outcomes")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from trainingcxl import cluster
     cluster.add_arguments(p)
@@ -324,11 +328,15 @@ def main(argv=None) -> int:
 
     t_start = time.monotonic()
     out = args.out.resolve()
-    if args.prove_only:
+    if args.prove_only or args.rerun_survivors:
         if not (out / "hw.json").is_file():
-            parser.error(f"--prove-only: no report {out / 'hw.json'} (run the campaign first)")
+            parser.error(f"no report {out / 'hw.json'} to work on (run the campaign first)")
         report = json.loads((out / "hw.json").read_text())
-        _prove_survivors(report["mutants"], report["targets"], args.prove_timeout)
+        if args.rerun_survivors and _rerun_survivors(report, out, args.timeout_factor):
+            return 1
+        if args.prove_timeout:
+            _prove_survivors(report["mutants"], report["targets"], args.prove_timeout,
+                             out / "proofs.json")
         return _finish(report, out, time.monotonic() - t_start + report.get("wall_s", 0))
     out.mkdir(parents=True, exist_ok=True)
     print(f"mutate-hw: seed {args.seed} (reproduce: --seed {args.seed}), targets "
@@ -339,33 +347,11 @@ def main(argv=None) -> int:
     table = drawn["mutants"]
     builds = _builds(targets, list_file)
 
-    # mutant 0: the mutant build itself must pass every bench; its time sets the timeouts
-    timeouts = {}
-    for t in targets:
-        for i, bench in enumerate(TARGETS[t].benches):
-            t0 = time.monotonic()
-            r = run_mutant({"mutant": 0, "seed": args.seed, "build": builds[t],
-                            "benches": [_bench_dict(bench)], "timeouts": [3600],
-                            "out": str(out / "runs" / t)})
-            took = time.monotonic() - t0
-            if r["outcome"] != "survived":
-                print(f"mutate-hw: mutant 0 (no mutation) FAILED {bench.module} on {t}: "
-                      f"{r.get('why', r['outcome'])}", file=sys.stderr)
-                return 1
-            timeouts[(t, i)] = max(60.0, args.timeout_factor * took)
-            print(f"mutate-hw: mutant 0 passes {bench.module} on {t} ({took:.0f} s)")
-
-    jobs = []
-    for m in table:
-        if only is not None and m["id"] not in only:
-            continue
-        tgt = TARGETS[m["target"]]
-        sel = [(i, b) for i, b in enumerate(tgt.benches) if m["block"] in b.blocks]
-        m["benches"] = [b.module for _, b in sel]
-        jobs.append({"mutant": m["id"], "seed": args.seed, "build": builds[m["target"]],
-                     "benches": [_bench_dict(b) for _, b in sel],
-                     "timeouts": [timeouts[(m["target"], i)] for i, _ in sel],
-                     "out": str(out / "runs" / m["target"])})
+    timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out)
+    if timeouts is None:
+        return 1
+    jobs = _jobs([m for m in table if only is None or m["id"] in only], builds, timeouts,
+                 args.seed, out)
 
     def job(ex):
         return ex.map(_run_job, jobs, desc=f"mutants seed {args.seed}", unit="mutant",
@@ -383,16 +369,71 @@ def main(argv=None) -> int:
               "builds": builds, "mutants": table}
     (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")   # before the proofs
     if args.prove_timeout:
-        _prove_survivors(table, targets, args.prove_timeout)
+        _prove_survivors(table, targets, args.prove_timeout, out / "proofs.json")
     return _finish(report, out, time.monotonic() - t_start)
 
 
-def _prove_survivors(table: list[dict], targets: list[str], timeout: float) -> None:
+def _check_mutant_0(targets, builds, seed, factor, out) -> dict | None:
+    """Mutant 0 (no mutation) must pass every bench of every target on the mutant build; its
+    time sets each bench's timeout. None (after printing why) when it fails."""
+    timeouts = {}
+    for t in targets:
+        for i, bench in enumerate(TARGETS[t].benches):
+            t0 = time.monotonic()
+            r = run_mutant({"mutant": 0, "seed": seed, "build": builds[t],
+                            "benches": [_bench_dict(bench)], "timeouts": [3600],
+                            "out": str(out / "runs" / t)})
+            took = time.monotonic() - t0
+            if r["outcome"] != "survived":
+                print(f"mutate-hw: mutant 0 (no mutation) FAILED {bench.module} on {t}: "
+                      f"{r.get('why', r['outcome'])}", file=sys.stderr)
+                return None
+            timeouts[(t, i)] = max(60.0, factor * took)
+            print(f"mutate-hw: mutant 0 passes {bench.module} on {t} ({took:.0f} s)")
+    return timeouts
+
+
+def _jobs(mutants, builds, timeouts, seed, out) -> list[dict]:
+    """One job per mutant: the benches of its target that cover its block."""
+    jobs = []
+    for m in mutants:
+        tgt = TARGETS[m["target"]]
+        sel = [(i, b) for i, b in enumerate(tgt.benches) if m["block"] in b.blocks]
+        m["benches"] = [b.module for _, b in sel]
+        jobs.append({"mutant": m["id"], "seed": seed, "build": builds[m["target"]],
+                     "benches": [_bench_dict(b) for _, b in sel],
+                     "timeouts": [timeouts[(m["target"], i)] for i, _ in sel],
+                     "out": str(out / "runs" / m["target"])})
+    return jobs
+
+
+def _rerun_survivors(report: dict, out: Path, factor: float) -> int:
+    """Run the survivors of ``report`` again against the benches as they are now (tests added
+    since the campaign); a survivor killed now keeps ``first_outcome: survived``."""
+    builds, seed = report["builds"], report["seed"]
+    targets = sorted({m["target"] for m in report["mutants"] if m.get("outcome") == "survived"})
+    timeouts = _check_mutant_0(targets, builds, seed, factor, out)
+    if timeouts is None:
+        return 1
+    again = [m for m in report["mutants"] if m.get("outcome") == "survived"]
+    for job, m in zip(_jobs(again, builds, timeouts, seed, out), again):
+        r = run_mutant(job)
+        m.setdefault("first_outcome", m["outcome"])
+        m.update(r)
+        print(f"mutate-hw: survivor {m['id']} ({m['src']}) against today's benches: "
+              f"{r['outcome']}" + (f" by {r['bench']}" if r.get("bench") else ""), flush=True)
+    return 0
+
+
+def _prove_survivors(table: list[dict], targets: list[str], timeout: float,
+                     cache: Path | None = None) -> None:
     """Survivors proven equivalent (``cosim.mutants.prove_equivalent``) become ``equivalent``.
     Mutations of a clock input are never proven: the proof steps every flip-flop together, so
-    it cannot see a register moved to the other clock edge."""
+    it cannot see a register moved to the other clock edge. ``cache`` (a JSON file) keeps each
+    proof by design key and mutation, so a rerun does not redo them."""
     from cosim import mutants as mu
     todo = [m for m in table if m.get("outcome") == "survived" and "proof" not in m]
+    known = json.loads(cache.read_text()) if cache and cache.is_file() else {}
     rtlil = {}
     for m in todo:
         if "-port CLK " in m["cmd"] + " ":
@@ -400,9 +441,17 @@ def _prove_survivors(table: list[dict], targets: list[str], timeout: float) -> N
             continue
         t = m["target"]
         if t not in rtlil:
-            rtlil[t] = mu.design_rtlil(_component(t), TARGETS[t].top)[0]
+            rtlil[t] = mu.design_rtlil(_component(t), TARGETS[t].top)
+        ck = f"{rtlil[t][1]} {m['cmd']}"
         t0 = time.monotonic()
-        proven = mu.prove_equivalent(rtlil[t], TARGETS[t].top, m["cmd"], timeout=timeout)
+        if ck in known and (known[ck]["proven"] or known[ck]["timeout"] >= timeout):
+            proven = known[ck]["proven"]
+        else:
+            proven = mu.prove_equivalent(rtlil[t][0], TARGETS[t].top, m["cmd"],
+                                         timeout=timeout)
+            known[ck] = {"proven": proven, "timeout": timeout}
+            if cache:
+                cache.write_text(json.dumps(known, indent=1) + "\n")
         m["proof"] = f"{'proven' if proven else 'not proven'} ({time.monotonic() - t0:.0f} s)"
         print(f"mutate-hw: survivor {m['id']} ({m['src']}): equivalence {m['proof']}")
         if proven:

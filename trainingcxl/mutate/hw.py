@@ -70,7 +70,8 @@ TARGETS = {
         Bench("tests.cosim.csr.test_csr", "", 6, ("CSR",)),), 0.25),
     "dcoh": Target("dcoh", "dcoh_testtop", ("hw/dcoh/", "hw/media_axi.py"), (
         Bench("tests.cosim.dcoh.test_dcoh", "dcoh_main", 8, ("DCOH", "media port")),
-        Bench("tests.cosim.dcoh.test_dcoh_pressure", "bench_config", 2, ("DCOH",))), 0.45),
+        Bench("tests.cosim.dcoh.test_dcoh_pressure", "bench_config", 2, ("DCOH",)),
+        Bench("tests.cosim.dcoh.test_dcoh_decode", "bench_config", 1, ("DCOH",))), 0.45),
     "lookup": Target("lookup", "lookup_slice", ("hw/gather/",), (
         Bench("tests.cosim.gather.test_gather", "bench_config", 8, ("gather", "DCOH")),
         Bench("tests.cosim.coherent_lookup.test_coherent_lookup", "bench_config", 2,

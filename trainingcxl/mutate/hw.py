@@ -240,7 +240,24 @@ def run_mutant(job: dict, progress=None) -> dict:
 
 
 def _run_job(job, progress=None):
-    return {"id": job["mutant"], **run_mutant(job, progress)}
+    """One mutant; its result is also appended to ``<out>/results.jsonl`` at once, so an
+    interrupted campaign resumes (``--resume``) without losing what finished."""
+    r = {"id": job["mutant"], **run_mutant(job, progress)}
+    with open(job["results"], "a") as f:
+        f.write(json.dumps({**r, "list": job["list"]}) + "\n")
+    return r
+
+
+def _done_results(path: Path, list_digest: str) -> dict:
+    """Results already in ``results.jsonl`` for this mutant list (by id)."""
+    done = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                if r.get("list") == list_digest:
+                    done[r["id"]] = r
+    return done
 
 
 # ---------------------------------------------------------------------------------- report
@@ -294,6 +311,12 @@ def _parser():
     p.add_argument("--rerun-survivors", action="store_true",
                    help="run <out>/hw.json's survivors again against today's benches (tests "
                         "added since), then prove the rest; the report keeps first outcomes")
+    p.add_argument("--exclude-benches", default=None, metavar="MODULES",
+                   help="comma-separated bench modules to leave out (to measure the regression "
+                        "as it stood before tests were added)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the results in <out>/results.jsonl of the same mutant list and run "
+                        "only the rest (an interrupted campaign)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     from trainingcxl import cluster
     cluster.add_arguments(p)
@@ -348,24 +371,36 @@ def main(argv=None) -> int:
     table = drawn["mutants"]
     builds = _builds(targets, list_file)
 
-    timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out)
+    exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
+    timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out, exclude)
     if timeouts is None:
         return 1
-    jobs = _jobs([m for m in table if only is None or m["id"] in only], builds, timeouts,
-                 args.seed, out)
+    import hashlib
+    digest = hashlib.sha256(list_file.read_bytes()).hexdigest()[:16]
+    results_file = out / "results.jsonl"
+    done = _done_results(results_file, digest) if args.resume else {}
+    if not args.resume and results_file.exists():
+        results_file.unlink()
+    if done:
+        print(f"mutate-hw: resuming: {len(done)} mutants already done in {results_file}")
+    jobs = _jobs([m for m in table if (only is None or m["id"] in only) and m["id"] not in done],
+                 builds, timeouts, args.seed, out, exclude)
+    for j in jobs:
+        j.update({"results": str(results_file), "list": digest})
 
     def job(ex):
         return ex.map(_run_job, jobs, desc=f"mutants seed {args.seed}", unit="mutant",
                       progress=not args.no_progress)
-    results = []
+    results = list(done.values())
     rc = cluster.run_with_executor("mutate-hw", args, lambda ex: results.extend(job(ex)) or 0)
     if rc:
         return rc
-    by_id = {r["id"]: r for r in results}
+    by_id = {r["id"]: {k: v for k, v in r.items() if k != "list"} for r in results}
     for m in table:
         if m["id"] in by_id:
             m.update({k: v for k, v in by_id[m["id"]].items() if k != "id"})
     report = {"seed": args.seed, "targets": targets, "generated": len(table),
+              "excluded_benches": sorted(exclude),
               "timeouts_s": {f"{t}:{i}": round(v) for (t, i), v in timeouts.items()},
               "builds": builds, "mutants": table}
     (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")   # before the proofs
@@ -374,12 +409,14 @@ def main(argv=None) -> int:
     return _finish(report, out, time.monotonic() - t_start)
 
 
-def _check_mutant_0(targets, builds, seed, factor, out) -> dict | None:
+def _check_mutant_0(targets, builds, seed, factor, out, exclude=()) -> dict | None:
     """Mutant 0 (no mutation) must pass every bench of every target on the mutant build; its
     time sets each bench's timeout. None (after printing why) when it fails."""
     timeouts = {}
     for t in targets:
         for i, bench in enumerate(TARGETS[t].benches):
+            if bench.module in exclude:
+                continue
             t0 = time.monotonic()
             r = run_mutant({"mutant": 0, "seed": seed, "build": builds[t],
                             "benches": [_bench_dict(bench)], "timeouts": [3600],
@@ -394,12 +431,13 @@ def _check_mutant_0(targets, builds, seed, factor, out) -> dict | None:
     return timeouts
 
 
-def _jobs(mutants, builds, timeouts, seed, out) -> list[dict]:
-    """One job per mutant: the benches of its target that cover its block."""
+def _jobs(mutants, builds, timeouts, seed, out, exclude=()) -> list[dict]:
+    """One job per mutant: the benches of its target that cover its block (less ``exclude``)."""
     jobs = []
     for m in mutants:
         tgt = TARGETS[m["target"]]
-        sel = [(i, b) for i, b in enumerate(tgt.benches) if m["block"] in b.blocks]
+        sel = [(i, b) for i, b in enumerate(tgt.benches)
+               if m["block"] in b.blocks and b.module not in exclude]
         m["benches"] = [b.module for _, b in sel]
         jobs.append({"mutant": m["id"], "seed": seed, "build": builds[m["target"]],
                      "benches": [_bench_dict(b) for _, b in sel],

@@ -314,6 +314,9 @@ def _parser():
     p.add_argument("--exclude-benches", default=None, metavar="MODULES",
                    help="comma-separated bench modules to leave out (to measure the regression "
                         "as it stood before tests were added)")
+    p.add_argument("--report-only", action="store_true",
+                   help="no runs: the report of what <out>/results.jsonl holds for this draw "
+                        "(an interrupted campaign)")
     p.add_argument("--resume", action="store_true",
                    help="keep the results in <out>/results.jsonl of the same mutant list and run "
                         "only the rest (an interrupted campaign)")
@@ -356,7 +359,8 @@ def main(argv=None) -> int:
         if not (out / "hw.json").is_file():
             parser.error(f"no report {out / 'hw.json'} to work on (run the campaign first)")
         report = json.loads((out / "hw.json").read_text())
-        if args.rerun_survivors and _rerun_survivors(report, out, args.timeout_factor):
+        exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
+        if args.rerun_survivors and _rerun_survivors(report, out, args.timeout_factor, exclude):
             return 1
         if args.prove_timeout:
             _prove_survivors(report["mutants"], report["targets"], args.prove_timeout,
@@ -369,15 +373,26 @@ def main(argv=None) -> int:
     list_file = out / "mutants.json"
     list_file.write_text(json.dumps({"designs": drawn["designs"]}, indent=1) + "\n")
     table = drawn["mutants"]
-    builds = _builds(targets, list_file)
-
-    exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
-    timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out, exclude)
-    if timeouts is None:
-        return 1
     import hashlib
     digest = hashlib.sha256(list_file.read_bytes()).hexdigest()[:16]
     results_file = out / "results.jsonl"
+    exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
+    if args.report_only:
+        if not results_file.is_file():
+            parser.error(f"--report-only: no {results_file}")
+        done = _done_results(results_file, digest)
+        for m in table:
+            if m["id"] in done:
+                m.update({k: v for k, v in done[m["id"]].items() if k not in ("id", "list")})
+        report = {"seed": args.seed, "targets": targets, "generated": len(table),
+                  "excluded_benches": sorted(exclude), "partial": len(done) < len(table),
+                  "builds": _builds(targets, list_file), "mutants": table}
+        return _finish(report, out, time.monotonic() - t_start)
+    builds = _builds(targets, list_file)
+
+    timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out, exclude)
+    if timeouts is None:
+        return 1
     done = _done_results(results_file, digest) if args.resume else {}
     if not args.resume and results_file.exists():
         results_file.unlink()
@@ -387,6 +402,9 @@ def main(argv=None) -> int:
                  builds, timeouts, args.seed, out, exclude)
     for j in jobs:
         j.update({"results": str(results_file), "list": digest})
+    # in a seeded random order, so a campaign cut short is an even sample of every target
+    import random
+    random.Random(args.seed).shuffle(jobs)
 
     def job(ex):
         return ex.map(_run_job, jobs, desc=f"mutants seed {args.seed}", unit="mutant",
@@ -446,16 +464,19 @@ def _jobs(mutants, builds, timeouts, seed, out, exclude=()) -> list[dict]:
     return jobs
 
 
-def _rerun_survivors(report: dict, out: Path, factor: float) -> int:
+def _rerun_survivors(report: dict, out: Path, factor: float, exclude=()) -> int:
     """Run the survivors of ``report`` again against the benches as they are now (tests added
-    since the campaign); a survivor killed now keeps ``first_outcome: survived``."""
+    since the campaign; ``exclude`` leaves out benches they already passed); a survivor killed
+    now keeps ``first_outcome: survived``."""
     builds, seed = report["builds"], report["seed"]
     targets = sorted({m["target"] for m in report["mutants"] if m.get("outcome") == "survived"})
-    timeouts = _check_mutant_0(targets, builds, seed, factor, out)
+    timeouts = _check_mutant_0(targets, builds, seed, factor, out, exclude)
     if timeouts is None:
         return 1
     again = [m for m in report["mutants"] if m.get("outcome") == "survived"]
-    for job, m in zip(_jobs(again, builds, timeouts, seed, out), again):
+    jobs = _jobs(again, builds, timeouts, seed, out, exclude)
+    again, jobs = [m for m, j in zip(again, jobs) if j["benches"]], [j for j in jobs if j["benches"]]
+    for job, m in zip(jobs, again):
         r = run_mutant(job)
         m.setdefault("first_outcome", m["outcome"])
         m.update(r)

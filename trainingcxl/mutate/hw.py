@@ -306,6 +306,8 @@ def _parser():
     p.add_argument("--prove-timeout", type=float, default=120.0, metavar="S",
                    help="seconds for each survivor's equivalence proof (0: no proofs; "
                         "default 120)")
+    p.add_argument("--proofs-cached-only", action="store_true",
+                   help="use only the proofs already in <out>/proofs.json (no new ones)")
     p.add_argument("--prove-only", action="store_true",
                    help="only (re)run the equivalence proofs of <out>/hw.json's survivors")
     p.add_argument("--rerun-survivors", action="store_true",
@@ -364,7 +366,7 @@ def main(argv=None) -> int:
             return 1
         if args.prove_timeout:
             _prove_survivors(report["mutants"], report["targets"], args.prove_timeout,
-                             out / "proofs.json")
+                             out / "proofs.json", args.proofs_cached_only)
         return _finish(report, out, time.monotonic() - t_start + report.get("wall_s", 0))
     out.mkdir(parents=True, exist_ok=True)
     print(f"mutate-hw: seed {args.seed} (reproduce: --seed {args.seed}), targets "
@@ -486,7 +488,7 @@ def _rerun_survivors(report: dict, out: Path, factor: float, exclude=()) -> int:
 
 
 def _prove_survivors(table: list[dict], targets: list[str], timeout: float,
-                     cache: Path | None = None) -> None:
+                     cache: Path | None = None, cached_only: bool = False) -> None:
     """Survivors proven equivalent (``cosim.mutants.prove_equivalent``) become ``equivalent``.
     Mutations of a clock input are never proven: the proof steps every flip-flop together, so
     it cannot see a register moved to the other clock edge. ``cache`` (a JSON file) keeps each
@@ -503,16 +505,20 @@ def _prove_survivors(table: list[dict], targets: list[str], timeout: float,
         if t not in rtlil:
             rtlil[t] = mu.design_rtlil(_component(t), TARGETS[t].top)
         ck = f"{rtlil[t][1]} {m['cmd']}"
-        t0 = time.monotonic()
-        if ck in known and (known[ck]["proven"] or known[ck]["timeout"] >= timeout):
-            proven = known[ck]["proven"]
+        if ck in known and (known[ck]["proven"] or known[ck]["timeout"] >= timeout
+                            or cached_only):
+            proven, limit = known[ck]["proven"], known[ck]["timeout"]
+        elif cached_only:
+            m["proof"] = "not attempted"
+            continue
         else:
             proven = mu.prove_equivalent(rtlil[t][0], TARGETS[t].top, m["cmd"],
                                          timeout=timeout)
+            limit = timeout
             known[ck] = {"proven": proven, "timeout": timeout}
             if cache:
                 cache.write_text(json.dumps(known, indent=1) + "\n")
-        m["proof"] = f"{'proven' if proven else 'not proven'} ({time.monotonic() - t0:.0f} s)"
+        m["proof"] = "proven" if proven else f"not proven within {limit:g} s"
         print(f"mutate-hw: survivor {m['id']} ({m['src']}): equivalence {m['proof']}")
         if proven:
             m["outcome"] = "equivalent"

@@ -44,7 +44,8 @@ coverage: $(STAMP)
 # drawn with Yosys `mutate` over the CSR block, the DCOH test top and the LOOKUP slice, one
 # Verilator build per top holding all its mutants, each mutant run against the benches that cover
 # its block; table per block on stdout, every survivor in build/mutate/hw.json. WORKERS=N: a
-# local Dask cluster. About an hour on a shared 2-core machine.
+# local Dask cluster. 164 mutants took 48 min on a shared 2-core machine (docs), so 300 need
+# about 1.5 hours; --resume continues an interrupted run.
 mutate-hw: $(STAMP)
 	$(PY) -m trainingcxl.mutate.hw --mutants $(or $(MUTANTS),300) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
 

@@ -367,7 +367,7 @@ def main(argv=None) -> int:
         if args.prove_timeout:
             _prove_survivors(report["mutants"], report["targets"], args.prove_timeout,
                              out / "proofs.json", args.proofs_cached_only)
-        return _finish(report, out, time.monotonic() - t_start + report.get("wall_s", 0))
+        return _finish(report, out, time.monotonic() - t_start)
     out.mkdir(parents=True, exist_ok=True)
     print(f"mutate-hw: seed {args.seed} (reproduce: --seed {args.seed}), targets "
           f"{','.join(targets)}, {args.mutants} mutants")
@@ -528,13 +528,13 @@ def _finish(report: dict, out: Path, wall: float) -> int:
     table = report["mutants"]
     ran = [m for m in table if "outcome" in m]
     summary = summarise(ran)
-    report.update({"ran": len(ran), "wall_s": round(wall, 1), "summary": summary,
+    report.update({"ran": len(ran), "step_wall_s": round(wall, 1), "summary": summary,
                    "survivors": [m for m in ran if m["outcome"] == "survived"],
                    "equivalent": [m for m in ran if m["outcome"] == "equivalent"]})
     (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")
     print_table(summary)
-    print(f"mutate-hw: {len(ran)} of {len(table)} mutants ran in {wall / 60:.1f} min; "
-          f"{len(report['survivors'])} survivors listed in {out / 'hw.json'}")
+    print(f"mutate-hw: {len(ran)} of {len(table)} mutants have run ({wall / 60:.1f} min in "
+          f"this step); {len(report['survivors'])} survivors listed in {out / 'hw.json'}")
     for m in report["survivors"]:
         print(f"  survivor {m['id']:4d} {m['block'] or 'other':<12} {m['src']:<28} {m['cmd']}")
     return 0

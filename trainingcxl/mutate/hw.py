@@ -11,11 +11,9 @@ holds all of them behind an internal selector. A mutant's run is a simulator lau
 selected bench with ``TRAININGCXL_MUTANT=<id>`` (``+mutsel=<id>``), in a child process killed
 after ``--timeout-factor`` times the unmutated run's time.
 
-*Test selection.* A mutant runs the benches of its target that cover its block: each bench
-lists the blocks it covers (measured by ``trainingcxl coverage``, docs/verification.md: every
-one of them at >= 94 % line coverage in that run). Simulation builds carry no ``src``
-attributes, so the coverage data is per Verilog module, not per Amaranth line; selection is
-per block, and a bench that does not cover a block is never run against its mutants.
+*Test selection.* A mutant runs the benches of its target that list its block (the block
+names of ``trainingcxl.coverage.blocks``). Simulation builds carry no ``src`` attributes, so
+the coverage data is per Verilog module, not per Amaranth line: selection is per block.
 
 *Outcomes.* ``killed`` (a bench failed: a cocotb test, an RTL ``Assert``, the simulator died),
 ``timeout`` (killed by hang), ``survived`` (every selected bench passed), ``equivalent``

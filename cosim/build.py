@@ -38,6 +38,13 @@ main calls ``VerilatedCov::write`` at exit, and the run names the file with
 ``+verilator+coverage+file+`` — ``<dir>/<module>-<unique>.dat`` when the variable names a
 directory, else ``coverage.dat`` in the run's ``test_dir``. ``trainingcxl coverage`` merges them.
 
+*Mutants.* ``TRAININGCXL_MUTANTS=<list.json>`` in the environment makes :func:`generate_verilog`
+return, for each design the list names (by the hash of its RTLIL), the mcy-style netlist that
+holds all of that design's mutants behind an internal selector (:mod:`cosim.mutants`); designs
+the list does not name convert as usual. The text differs, so the build key does too.
+``TRAININGCXL_MUTANT=<i>`` makes :func:`run` pass ``+mutsel=<i>``, which activates mutant ``i``
+(0 or unset: none, the original design). ``python -m trainingcxl.mutate.hw`` drives both.
+
 *Traps this module guards against* (docs/conventions.md): the system Verilator (Debian 5.006) is
 never used; tests are selected with ``test_filter`` (a regex), never ``testcase``; and a run
 raises unless its results file shows at least one test and no failure, since
@@ -73,6 +80,7 @@ __all__ = [
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
     "waves_requested", "is_built", "device_build", "device_verilog", "COVERAGE_ARGS",
     "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results", "PMEM_MODELS",
+    "MUTANTS_ENV", "MUTANT_ENV",
 ]
 
 
@@ -98,6 +106,16 @@ TIMESCALE = ("1ns", "1ps")
 # it multiplies the generated C++ of the full device and its compile time.
 COVERAGE_ARGS = ("--coverage-line", "--coverage-toggle")
 COVERAGE_ENV = "TRAININGCXL_COVERAGE"
+MUTANTS_ENV = "TRAININGCXL_MUTANTS"     # a mutant list (cosim.mutants): mutant netlists
+MUTANT_ENV = "TRAININGCXL_MUTANT"       # the mutant a run activates (+mutsel=<i>)
+# Yosys' flattened netlist (cosim.mutants) joins Amaranth's per-module signals into wide wires
+# whose bits feed each other: Verilator sees word-level combinational loops (UNOPTFLAT, a
+# scheduling-performance warning; a real loop still fails at run time with "didn't converge").
+# Yosys writes each $pmux (a one-hot selected mux) as a `casez` whose patterns overlap
+# (CASEOVERLAP); the first match wins, which for a one-hot select is the $pmux itself.
+# Both waived for mutant netlists only, recognised by their selector.
+MUTANT_MARKER = '$value$plusargs("mutsel='
+MUTANT_WAIVERS = ("-Wno-UNOPTFLAT", "-Wno-CASEOVERLAP")
 SIMULATORS = ("verilator", "icarus")
 # cocotb's Icarus runner puts -g2012 before these; iverilog takes the last -g<generation>.
 ICARUS_ARGS = ("-g2005",)
@@ -240,9 +258,46 @@ def verilator_env() -> dict:
 
 def generate_verilog(component, name: str = "trainingcxl_device") -> str:
     """Verilog for simulation: no source attributes, so the text (and the build key) does not
-    depend on where the checkout lives."""
+    depend on where the checkout lives. Under ``TRAININGCXL_MUTANTS`` a design the list names
+    comes back as its mutant netlist (:func:`_mutant_verilog`)."""
     from amaranth.back import verilog
+    if os.environ.get(MUTANTS_ENV, "").strip():
+        text = _mutant_verilog(component, name)
+        if text is not None:
+            return text
     return verilog.convert(component, name=name, emit_src=False)
+
+
+def _mutants_digest() -> str:
+    """sha256 of the mutant list named by ``TRAININGCXL_MUTANTS`` ("" when unset)."""
+    where = os.environ.get(MUTANTS_ENV, "").strip()
+    return hashlib.sha256(Path(where).read_bytes()).hexdigest() if where else ""
+
+
+def _mutant_verilog(component, name: str) -> str | None:
+    """The mutant netlist of ``component`` when the list names its design, else None; cached in
+    ``<cache_dir()>/verilog-cache/`` by the design key and its mutants (Yosys takes seconds to
+    a minute on the larger tops, and every pytest launch of a mutant run asks again)."""
+    from cosim import mutants
+    designs = mutants.load_list(os.environ[MUTANTS_ENV].strip())
+    rtlil_text, key = mutants.design_rtlil(component, name)
+    entry = designs.get(key)
+    if entry is None:
+        return None
+    if entry["top"] != name:
+        raise CosimError(f"mutant list names design {key} as top {entry['top']!r}, not {name!r}")
+    muts = [(int(i), str(c)) for i, c in entry["mutants"]]
+    h = hashlib.sha256(f"mutants\0{key}\0{name}\0{muts!r}\0{mutants.PREPARE!r}".encode())
+    path = cache_dir() / "verilog-cache" / f"mutants-{h.hexdigest()[:24]}.v"
+    if path.is_file():
+        return path.read_text()
+    text = mutants.mutant_verilog(rtlil_text, name, muts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return text
 
 
 def _hw_source_digest() -> str:
@@ -264,8 +319,9 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
     configuration regenerates (``<cache_dir()>/verilog-cache/<key>.v``; written atomically)."""
     import amaranth
     h = hashlib.sha256()
+    # the mutant list's digest only when one is set, so plain keys stay what they were
     for part in ("TrainingCXLDevice", _hw_source_digest(), cfg.to_json(), name,
-                 amaranth.__version__):
+                 amaranth.__version__, *filter(None, [_mutants_digest()])):
         h.update(part.encode() + b"\0")
     path = cache_dir() / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
     if path.is_file():
@@ -357,6 +413,8 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
     waves = waves_requested(waves)
     coverage = coverage_requested(coverage)
     args = tuple(VERILATOR_ARGS) + tuple(extra_args) + (COVERAGE_ARGS if coverage else ())
+    if MUTANT_MARKER in verilog_text:
+        args += MUTANT_WAIVERS
     cpp = [(Path(p).name, Path(p).read_text()) for p in cpp_sources]
     h = hashlib.sha256()
     for part in (f"scheme={_BUILD_SCHEME}", top, repr(args), f"waves={waves}", _tool_versions(),
@@ -580,6 +638,11 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     if build.coverage:
         coverage_dat = _coverage_file(test_dir, test_module)
         plusargs.append(f"+verilator+coverage+file+{coverage_dat}")
+    mutant = os.environ.get(MUTANT_ENV, "").strip()
+    if mutant:
+        if not mutant.isdigit():
+            raise CosimError(f"{MUTANT_ENV} must be a mutant id (an integer >= 0), got {mutant!r}")
+        plusargs.append(f"+mutsel={int(mutant)}")
 
     runner = get_runner(build.sim)
     sim_exit = 0

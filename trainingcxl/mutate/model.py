@@ -1,0 +1,438 @@
+"""Mutation testing of the golden model (issue #17 item 3, docs/verification.md "Mutation testing:
+sw_model"): a wrong ``sw_model`` must be caught by the model tests.
+
+    python -m trainingcxl.mutate.model --sample 500 --seed 1 --workers 2
+
+mutmut (pinned in pyproject.toml) generates every mutant of every function and method of the
+package (operators, comparisons, constants, strings, keyword arguments, ``None`` for arguments
+and assignments; module-level constants and class bodies are not mutated). This runner stages a
+copy of the package and the tests in ``<out>/work`` (mutmut rewrites the package under
+``work/mutants`` and runs pytest from there, so the checkout is never modified), draws a sample
+of the mutants from ``random.Random(seed)`` (the whole set without ``--sample``) and has mutmut
+run them: one forked process per mutant (``--workers`` at a time), each running only the tests
+that called the mutated function during mutmut's stats run, stopping at the first failure, with
+a wall-clock limit of ``(those tests' time + TIMEOUT_CONSTANT_S) * TIMEOUT_MULTIPLIER`` (a
+mutant that hangs is stopped there and counted as ``timeout``). The tests run with
+``--seed <seed>``, so their stimulus is reproducible too.
+
+Verdicts, per file and in total: ``killed`` (a test failed), ``timeout``, ``survived`` (every
+selected test passed), ``no tests`` (no model test calls the function: nothing can kill it),
+``equivalent`` (a survivor reviewed and listed in :data:`EQUIVALENT` with the reason), ``other``
+(mutmut's "suspicious"/"segfault": the test process died some other way), ``not run``
+(``--time-limit`` stopped mutmut before it). The score is
+``(killed + timeout) / (mutants - equivalent - not run)``. The table goes to stdout; ``<out>/model.json``
+lists every mutant that was not killed with its file, line and diff.
+
+The Dask helpers of :mod:`trainingcxl.cluster` are not used: mutmut's speed comes from forking
+one process that has already imported the package and collected the tests, and that process
+has to be on the machine that runs the mutants; its local fork pool is the process pool here.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from contextlib import chdir
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = ROOT / "build" / "mutate"
+
+#: wall-clock limit per mutant: (duration of its tests in the stats run + constant) * multiplier.
+#: Generous because the machine is shared (load 2-6 on 2 cores makes runs 2-3x slower than the
+#: stats run measured) and a false timeout would count as a kill.
+TIMEOUT_MULTIPLIER = 6.0
+TIMEOUT_CONSTANT_S = 10.0
+
+#: mutmut exit codes (``mutmut.stats.status_by_exit_code``) -> verdict of this report.
+VERDICTS = ("killed", "timeout", "survived", "no tests", "equivalent", "other", "not run")
+
+#: Surviving mutants reviewed and found equivalent or not killable by any test of the model's
+#: behaviour: mutant name -> (a fragment of the mutated line, reason). The fragment guards
+#: against a renumbering after a source change: a listed survivor whose diff no longer contains
+#: it is reported as ``survived``, not ``equivalent``. docs/verification.md explains each.
+EQUIVALENT: dict[str, tuple[str, str]] = {}
+
+
+class MutateError(Exception):
+    """A campaign that cannot run: bad arguments, mutmut failing before any mutant ran."""
+
+
+@dataclass
+class Target:
+    """What to mutate and what should kill it.
+
+    ``project``: the checkout; ``package``: the directory of the package to mutate (relative);
+    ``tests``: pytest paths (relative) whose tests are the killers; ``support``: files or
+    folders the tests need besides ``tests`` (copied into the staged tree: the conftest, and
+    the rest of ``tests/`` that a layout test lists); ``link``:
+    top-level entries of the project the tests read through paths relative to the checkout
+    (linked into mutmut's working copy); ``seed_option``: the pytest option that seeds the
+    tests (given the campaign's seed), None if they take none."""
+    project: Path
+    package: str
+    tests: list[str]
+    support: list[str] = field(default_factory=list)
+    link: list[str] = field(default_factory=list)
+    seed_option: str | None = None
+
+
+def sw_model_target(project: Path = ROOT) -> Target:
+    """The golden model and its tests (``tests/model``)."""
+    skip = {"sw_model", "tests", "build", ".venv", ".git", "pyproject.toml"}
+    # dot entries (.git, .hypothesis's example database, caches) stay out: the tests' own state
+    # goes into the working copy
+    link = sorted(p.name for p in project.iterdir() if p.name not in skip
+                  and not p.name.startswith(".") and not p.name.endswith(".egg-info"))
+    return Target(project=project, package="sw_model", tests=["tests/model"],
+                  support=["tests"], link=link, seed_option="--seed")
+
+
+# ----------------------------------------------------------------------------------------------
+# Enumerating the mutants
+
+
+def _generate(rel: str) -> str | None:
+    from mutmut.__main__ import create_file_mutants
+    result = create_file_mutants(Path(rel))
+    return None if result.error is None else f"{rel}: {result.error!r}"
+
+
+def list_mutants(work: Path, package: str, workers: int = 1) -> dict[str, str]:
+    """Generate every mutant of the staged package in ``work`` with mutmut's own generation step
+    (``work/mutants/<file>`` with its ``.meta``; ``mutmut run`` then finds them up to date and
+    does not generate them again): mutant name -> source file (relative)."""
+    from multiprocessing import get_context
+
+    from mutmut.configuration import reset_config
+
+    files = [str(p) for p in sorted(Path(work, package).rglob("*.py"))]
+    files = [str(Path(f).relative_to(work)) for f in files]
+    out: dict[str, str] = {}
+    with chdir(work):
+        reset_config()  # mutmut reads pyproject.toml of the current directory once
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    get_context("fork").Pool(processes=workers) as pool:
+                errors = [e for e in pool.map(_generate, files) if e is not None]
+        finally:
+            reset_config()
+    if errors:
+        raise MutateError("mutmut could not mutate " + "; ".join(errors))
+    for rel in files:
+        meta = json.loads((work / "mutants" / (rel + ".meta")).read_text())
+        out.update({name: rel for name in meta["exit_code_by_key"]})
+    return out
+
+
+def draw_sample(names: list[str], sample: int | None, seed: int) -> list[str]:
+    """``sample`` mutant names drawn with ``random.Random(seed)`` from the sorted set (all of
+    them if ``sample`` is None or not smaller), sorted: the same seed gives the same sample."""
+    ordered = sorted(names)
+    if sample is None or sample >= len(ordered):
+        return ordered
+    return sorted(random.Random(seed).sample(ordered, sample))
+
+
+# ----------------------------------------------------------------------------------------------
+# Staging and running mutmut
+
+
+def _toml_value(v) -> str:
+    # the values written are strings, numbers, booleans and lists of strings: JSON spells those
+    # the way TOML does
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return json.dumps(v)
+
+
+def stage(target: Target, work: Path, seed: int) -> None:
+    """A fresh working directory for mutmut: the package and the tests copied, a pyproject.toml
+    with mutmut's configuration and the project's pytest options, and mutmut's working copy
+    ``mutants/`` pre-populated with links to the rest of the checkout."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    shutil.copytree(target.project / target.package, work / target.package,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    for rel in target.tests + target.support:
+        src = target.project / rel
+        if src.is_dir():
+            shutil.copytree(src, work / rel, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "sim_build", "*.vcd"))
+        else:
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, work / rel)
+    pytest_opts = {}
+    pyproject = target.project / "pyproject.toml"
+    if pyproject.exists():
+        pytest_opts = tomllib.loads(pyproject.read_text()).get("tool", {}).get("pytest", {}) \
+            .get("ini_options", {})
+    mutmut = {
+        "source_paths": [target.package],
+        "pytest_add_cli_args_test_selection": target.tests,
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"]
+        + ([target.seed_option, str(seed)] if target.seed_option else []),
+        "timeout_multiplier": TIMEOUT_MULTIPLIER,
+        "timeout_constant": TIMEOUT_CONSTANT_S,
+        "use_git_change_detection": False,
+        "debug": False,
+    }
+    lines = ["[tool.mutmut]"] + [f"{k} = {_toml_value(v)}" for k, v in mutmut.items()]
+    lines += ["", "[tool.pytest.ini_options]"]
+    for key in ("filterwarnings", "markers"):
+        if key in pytest_opts:
+            lines.append(f"{key} = {_toml_value(pytest_opts[key])}")
+    (work / "pyproject.toml").write_text("\n".join(lines) + "\n")
+    (work / "mutants").mkdir()
+    for name in target.link:
+        (work / "mutants" / name).symlink_to(target.project / name)
+
+
+def _read_exit_codes(work: Path, files: set[str]) -> dict[str, int | None]:
+    codes: dict[str, int | None] = {}
+    for rel in files:
+        meta = work / "mutants" / (rel + ".meta")
+        try:
+            codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            pass  # not written yet, or being rewritten: the next poll reads it
+    return codes
+
+
+def run_mutmut(work: Path, names: list[str], files: set[str], workers: int, log: Path,
+               progress: bool = True, time_limit_s: float | None = None) -> dict[str, int | None]:
+    """``mutmut run --max-children workers <names>`` in ``work`` (output to ``log``), with a tqdm
+    bar fed from mutmut's per-file result files; returns mutant name -> exit code (None: not
+    run, because ``time_limit_s`` stopped mutmut first)."""
+    from tqdm import tqdm
+
+    mutmut = Path(sys.executable).with_name("mutmut")
+    cmd = [str(mutmut) if mutmut.exists() else "mutmut", "run", "--max-children", str(workers),
+           *names]
+    env = dict(os.environ)
+    env.pop("PYTEST_ADDOPTS", None)
+    env.pop("PYTEST_XDIST_WORKER", None)
+    wanted = set(names)
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env)
+        bar = tqdm(total=len(names), unit="mutant", desc="mutants", disable=not progress,
+                   file=sys.stderr)
+        done = 0
+        t0 = time.monotonic()
+        stopped = False
+        # the results files start out with the state of the previous run of these mutants
+        # (none: the work directory is fresh), so counting non-null codes counts this run
+        while proc.poll() is None:
+            time.sleep(2.0)
+            codes = _read_exit_codes(work, files)
+            now = sum(1 for n in wanted if codes.get(n) is not None)
+            if now > done:
+                bar.update(now - done)
+                done = now
+            if time_limit_s is not None and not stopped and time.monotonic() - t0 > time_limit_s:
+                # mutmut stops its workers on SIGINT and keeps the verdicts it has
+                proc.send_signal(signal.SIGINT)
+                stopped = True
+        bar.close()
+    codes = _read_exit_codes(work, files)
+    if proc.returncode != 0 and not stopped:
+        tail = log.read_text().splitlines()[-30:]
+        raise MutateError(f"mutmut exited with {proc.returncode} (log {log}):\n" + "\n".join(tail))
+    return {n: codes.get(n) for n in names}
+
+
+# ----------------------------------------------------------------------------------------------
+# Verdicts and report
+
+
+def verdict(exit_code: int | None) -> str:
+    from mutmut.stats import status_by_exit_code
+    status = status_by_exit_code[exit_code]
+    if status in ("killed", "timeout", "survived", "no tests"):
+        return status
+    if status == "not checked":
+        return "not run"
+    return "other"
+
+
+def mutant_diff(work: Path, name: str, rel: str) -> str:
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+    with chdir(work):
+        return get_diff_for_mutant(name, path=rel)
+
+
+def mutant_line(source: str, name: str, diff: str) -> int | None:
+    """Line of the mutation in the original source: the first removed line of the function
+    diff, searched inside the mutated function's lines."""
+    from mutmut.utils.format_utils import orig_function_and_class_names_from_key
+    func, cls = orig_function_and_class_names_from_key(name)
+    tree = ast.parse(source)
+    span = None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and cls is not None and node.name == cls:
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name == func:
+                    span = (item.lineno, item.end_lineno)
+        elif cls is None and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.name == func and node in tree.body:
+            span = (node.lineno, node.end_lineno)
+    removed = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    if span is None or not removed:
+        return None
+    lines = source.splitlines()
+    for i in range(span[0] - 1, span[1]):
+        if lines[i].strip() == removed[0]:
+            return i + 1
+    for i in range(span[0] - 1, span[1]):  # a statement split over lines: match its start
+        if lines[i].strip() and removed[0].startswith(lines[i].strip()):
+            return i + 1
+    return span[0]
+
+
+def summarise(verdicts: dict[str, str], file_of: dict[str, str]) -> dict[str, dict[str, int]]:
+    table: dict[str, dict[str, int]] = {}
+    for name, v in verdicts.items():
+        row = table.setdefault(file_of[name], {k: 0 for k in VERDICTS})
+        row[v] += 1
+    total = {k: sum(r[k] for r in table.values()) for k in VERDICTS}
+    return {**dict(sorted(table.items())), "total": total}
+
+
+def score(row: dict[str, int]) -> float | None:
+    counted = sum(row.values()) - row["equivalent"] - row["not run"]
+    return None if counted == 0 else (row["killed"] + row["timeout"]) / counted
+
+
+def format_table(table: dict[str, dict[str, int]]) -> str:
+    head = ["file", "mutants", *VERDICTS, "score"]
+    rows = []
+    for f, r in table.items():
+        s = score(r)
+        rows.append([f, str(sum(r.values())), *(str(r[k]) for k in VERDICTS),
+                     "-" if s is None else f"{100 * s:.1f} %"])
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    fmt = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
+                                  for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows])
+
+
+def judge(target: Target, work: Path, file_of: dict[str, str], codes: dict[str, int | None],
+          equivalent: dict[str, tuple[str, str]]) -> dict:
+    """The report of a finished run in ``work``: verdict per mutant (``codes``: mutmut's exit
+    codes of the mutants run), table per file, every mutant not killed with file, line, diff."""
+    verdicts: dict[str, str] = {}
+    not_killed = []
+    for name, code in codes.items():
+        v = verdict(code)
+        if v not in ("killed", "timeout", "not run"):
+            rel = file_of[name]
+            diff = mutant_diff(work, name, rel)
+            src = (target.project / rel).read_text()
+            entry = {"mutant": name, "file": rel, "line": mutant_line(src, name, diff),
+                     "verdict": v, "exit_code": code, "diff": diff}
+            if v == "survived" and name in equivalent:
+                fragment, reason = equivalent[name]
+                added = "\n".join(ln for ln in diff.splitlines() if ln.startswith("+"))
+                if fragment in added:
+                    v = entry["verdict"] = "equivalent"
+                    entry["reason"] = reason
+                else:
+                    entry["stale_equivalence"] = fragment
+            not_killed.append(entry)
+        verdicts[name] = v
+    table = summarise(verdicts, file_of)
+    return {
+        "package": target.package, "tests": target.tests,
+        "mutants_total": len(file_of), "mutants_drawn": len(codes),
+        "mutants_run": sum(1 for v in verdicts.values() if v != "not run"),
+        "sampled": len(codes) < len(file_of),
+        "timeout": {"multiplier": TIMEOUT_MULTIPLIER, "constant_s": TIMEOUT_CONSTANT_S},
+        "score": score(table["total"]), "per_file": table, "not_killed": not_killed,
+        "verdicts": verdicts, "exit_codes": codes,
+    }
+
+
+def campaign(target: Target, *, sample: int | None, seed: int, workers: int, out: Path,
+             report_name: str = "model.json", equivalent: dict[str, tuple[str, str]] | None = None,
+             progress: bool = True, time_limit_s: float | None = None) -> dict:
+    """Run one campaign and write ``out/<report_name>``; returns the report."""
+    equivalent = EQUIVALENT if equivalent is None else equivalent
+    t0 = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / f"{target.package}-work"
+    stage(target, work, seed)
+    file_of = list_mutants(work, target.package, workers)
+    if not file_of:
+        raise MutateError(f"mutmut generated no mutants for {target.package}")
+    names = draw_sample(list(file_of), sample, seed)
+    print(f"{target.package}: {len(file_of)} mutants, running {len(names)} "
+          f"({'all' if len(names) == len(file_of) else f'sample drawn with seed {seed}'}), "
+          f"{workers} worker(s), tests seeded with --seed {seed}", flush=True)
+    files = {file_of[n] for n in names}
+    codes = run_mutmut(work, names, files, workers, out / f"{target.package}-mutmut.log", progress,
+                       time_limit_s)
+    report = judge(target, work, file_of, codes, equivalent)
+    report.update({"seed": seed, "workers": workers, "wall_s": round(time.monotonic() - t0, 1)})
+    (out / report_name).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m trainingcxl.mutate.model",
+                                description="Mutation testing of sw_model/ against tests/model "
+                                            "(mutmut; docs/verification.md).")
+    p.add_argument("--sample", type=int, default=None,
+                   help="run a random sample of N mutants (default: all of them)")
+    p.add_argument("--seed", type=int, default=1,
+                   help="seed of the sample and of the tests' --seed (default 1)")
+    p.add_argument("--workers", type=int, default=1,
+                   help="mutants run in parallel, one forked process each (default 1)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                   help=f"report directory (default {DEFAULT_OUT}); model.json goes there")
+    p.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                   help="stop mutmut after this many minutes and report the mutants that ran "
+                        "(the others are counted 'not run'; mutmut runs the fastest first)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = p.parse_args(argv)
+    if args.sample is not None and args.sample < 1:
+        p.error(f"--sample must be a positive number of mutants, not {args.sample}")
+    if args.workers < 1:
+        p.error(f"--workers must be at least 1, not {args.workers}")
+    if args.seed < 0:
+        p.error(f"--seed must be non-negative, not {args.seed}")
+    if args.time_limit is not None and args.time_limit <= 0:
+        p.error(f"--time-limit must be a positive number of minutes, not {args.time_limit}")
+    if args.out.exists() and not args.out.is_dir():
+        p.error(f"--out must be a directory, not the file {args.out}")
+    print(f"seed={args.seed} (rerun with --seed {args.seed})", flush=True)
+    try:
+        report = campaign(sw_model_target(), sample=args.sample, seed=args.seed,
+                          workers=args.workers, out=args.out, progress=not args.no_progress,
+                          time_limit_s=None if args.time_limit is None else 60 * args.time_limit)
+    except MutateError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    report_path = args.out / "model.json"
+    print(format_table(report["per_file"]))
+    s = report["score"]
+    print(f"score {'-' if s is None else f'{100 * s:.1f} %'} (killed + timeout) / (mutants - "
+          f"equivalent - not run); {report['mutants_run']} of {report['mutants_drawn']} drawn "
+          f"of {report['mutants_total']} mutants ran, "
+          f"{report['wall_s']} s; not killed: {len(report['not_killed'])}, listed in {report_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -166,11 +166,12 @@ def stage(target: Target, work: Path, seed: int) -> None:
     work.mkdir(parents=True)
     shutil.copytree(target.project / target.package, work / target.package,
                     ignore=shutil.ignore_patterns("__pycache__"))
+    # the runner's own tests (test_mutate_*.py) stay out: a campaign inside every mutant's run
+    skip = shutil.ignore_patterns("__pycache__", "sim_build", "*.vcd", "test_mutate_*.py")
     for rel in target.tests + target.support:
         src = target.project / rel
         if src.is_dir():
-            shutil.copytree(src, work / rel, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("__pycache__", "sim_build", "*.vcd"))
+            shutil.copytree(src, work / rel, dirs_exist_ok=True, ignore=skip)
         else:
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, work / rel)

@@ -79,13 +79,25 @@ class Target:
     the rest of ``tests/`` that a layout test lists); ``link``:
     top-level entries of the project the tests read through paths relative to the checkout
     (linked into mutmut's working copy); ``seed_option``: the pytest option that seeds the
-    tests (given the campaign's seed), None if they take none."""
+    tests (given the campaign's seed), None if they take none; ``leave_out``: pytest node ids
+    or files that are not run (``--deselect``/``--ignore``), each with the reason."""
     project: Path
     package: str
     tests: list[str]
     support: list[str] = field(default_factory=list)
     link: list[str] = field(default_factory=list)
     seed_option: str | None = None
+    leave_out: dict[str, str] = field(default_factory=dict)
+
+
+#: model tests not run against the mutants, with the reason
+SW_MODEL_LEFT_OUT = {
+    "tests/model/test_model_coherence.py::test_timing_200k_mixed_operations_run_in_a_few_seconds":
+        "a speed bound (10 s); mutmut's trampolines make every model call slower, so it fails "
+        "on the unmutated code",
+    "tests/model/test_cluster.py":
+        "tests trainingcxl.cluster (Dask); its worker processes import the unmutated package",
+}
 
 
 def sw_model_target(project: Path = ROOT) -> Target:
@@ -96,7 +108,7 @@ def sw_model_target(project: Path = ROOT) -> Target:
     link = sorted(p.name for p in project.iterdir() if p.name not in skip
                   and not p.name.startswith(".") and not p.name.endswith(".egg-info"))
     return Target(project=project, package="sw_model", tests=["tests/model"],
-                  support=["tests"], link=link, seed_option="--seed")
+                  support=["tests"], link=link, seed_option="--seed", leave_out=SW_MODEL_LEFT_OUT)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,7 +196,8 @@ def stage(target: Target, work: Path, seed: int) -> None:
         "source_paths": [target.package],
         "pytest_add_cli_args_test_selection": target.tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider"]
-        + ([target.seed_option, str(seed)] if target.seed_option else []),
+        + ([target.seed_option, str(seed)] if target.seed_option else [])
+        + [f"--deselect={t}" if "::" in t else f"--ignore={t}" for t in target.leave_out],
         "timeout_multiplier": TIMEOUT_MULTIPLIER,
         "timeout_constant": TIMEOUT_CONSTANT_S,
         "use_git_change_detection": False,
@@ -355,7 +368,7 @@ def judge(target: Target, work: Path, file_of: dict[str, str], codes: dict[str, 
         verdicts[name] = v
     table = summarise(verdicts, file_of)
     return {
-        "package": target.package, "tests": target.tests,
+        "package": target.package, "tests": target.tests, "left_out": target.leave_out,
         "mutants_total": len(file_of), "mutants_drawn": len(codes),
         "mutants_run": sum(1 for v in verdicts.values() if v != "not run"),
         "sampled": len(codes) < len(file_of),

@@ -62,7 +62,29 @@ VERDICTS = ("killed", "timeout", "survived", "no tests", "equivalent", "other", 
 #: behaviour: mutant name -> (a fragment of the mutated line, reason). The fragment guards
 #: against a renumbering after a source change: a listed survivor whose diff no longer contains
 #: it is reported as ``survived``, not ``equivalent``. docs/verification.md explains each.
-EQUIVALENT: dict[str, tuple[str, str]] = {}
+MESSAGE_ONLY = "error message text only: the same exception type is raised at the same point"
+EQUIVALENT: dict[str, tuple[str, str]] = {
+    "sw_model.clicklog.x_criteo_lines_to_clicklog__mutmut_2":
+        ('"XX<lines>XX"', "default of `source`, which only names the input in error messages"),
+    "sw_model.clicklog.x_criteo_lines_to_clicklog__mutmut_159":
+        ("np.asarray(x, dtype=None)", "bag_idx holds lists of Python ints, which numpy makes "
+                                      "int64 unasked"),
+    "sw_model.clicklog.xǁClickDataǁvalidate__mutmut_10":
+        ('"XXiuXX"', "`kind not in \"XXiuXX\"` is a substring test: 'i' and 'u' are still in "
+                     "it and no numpy dtype kind is 'X'"),
+    "sw_model.clicklog.xǁClickDataǁvalidate__mutmut_118":
+        ('"XXiuXX"', "`kind not in \"XXiuXX\"` is a substring test: 'i' and 'u' are still in "
+                     "it and no numpy dtype kind is 'X'"),
+    "sw_model.clicklog.xǁClickDataǁvalidate__mutmut_88": ("getattr(None, 'shape', '')", MESSAGE_ONLY),
+    "sw_model.clicklog.xǁClickDataǁvalidate__mutmut_132": ("bad(None)", MESSAGE_ONLY),
+    "sw_model.embedding_device.xǁFloatEmbeddingsǁrestart__mutmut_3":
+        ('"floatembeddings has', MESSAGE_ONLY),
+    "sw_model.workload.x_make_bags__mutmut_13":
+        ("np.full(n_bags, pooling, )", "pooling is an int: np.full makes int64 unasked"),
+    "sw_model.workload.xǁLookupJobǁlayout__mutmut_61":
+        ("poison, dtype=None)", "poison is an int, so np.full makes int64 unasked, and write_i32 "
+                                "stores the same 32-bit values either way"),
+}
 
 
 class MutateError(Exception):
@@ -403,6 +425,32 @@ def campaign(target: Target, *, sample: int | None, seed: int, workers: int, out
     return report
 
 
+def rejudge(target: Target, *, sample: int | None, seed: int, out: Path,
+            report_name: str = "model.json") -> dict:
+    """The report of the finished run in ``out`` again, with the current :data:`EQUIVALENT`
+    (no mutant is run): the same sample from the same seed, mutmut's verdicts as it left them."""
+    work = out / f"{target.package}-work"
+    if not (work / "mutants").is_dir():
+        raise MutateError(f"no finished run in {work}")
+    files = sorted({str(p.relative_to(work / "mutants"))[:-len(".meta")]
+                    for p in (work / "mutants" / target.package).rglob("*.py.meta")})
+    file_of = {}
+    for rel in files:
+        meta = json.loads((work / "mutants" / (rel + ".meta")).read_text())
+        file_of.update({name: rel for name in meta["exit_code_by_key"]})
+    names = draw_sample(list(file_of), sample, seed)
+    codes = _read_exit_codes(work, set(files))
+    report = judge(target, work, file_of, {n: codes.get(n) for n in names}, EQUIVALENT)
+    previous = out / report_name
+    if previous.exists():
+        old = json.loads(previous.read_text())
+        report.update({k: old[k] for k in ("seed", "workers", "wall_s") if k in old})
+    if report.get("seed") not in (None, seed):
+        raise MutateError(f"the run in {out} used --seed {report['seed']}, not {seed}")
+    (out / report_name).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m trainingcxl.mutate.model",
                                 description="Mutation testing of sw_model/ against tests/model "
@@ -419,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="stop mutmut after this many minutes and report the mutants that ran "
                         "(the others are counted 'not run'; mutmut runs the fastest first)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing: report the finished run in --out again (same --sample and "
+                        "--seed) with the current list of reviewed equivalent mutants")
     args = p.parse_args(argv)
     if args.sample is not None and args.sample < 1:
         p.error(f"--sample must be a positive number of mutants, not {args.sample}")
@@ -432,9 +483,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--out must be a directory, not the file {args.out}")
     print(f"seed={args.seed} (rerun with --seed {args.seed})", flush=True)
     try:
-        report = campaign(sw_model_target(), sample=args.sample, seed=args.seed,
-                          workers=args.workers, out=args.out, progress=not args.no_progress,
-                          time_limit_s=None if args.time_limit is None else 60 * args.time_limit)
+        if args.report_only:
+            report = rejudge(sw_model_target(), sample=args.sample, seed=args.seed, out=args.out)
+        else:
+            report = campaign(sw_model_target(), sample=args.sample, seed=args.seed,
+                              workers=args.workers, out=args.out, progress=not args.no_progress,
+                              time_limit_s=None if args.time_limit is None else 60 * args.time_limit)
     except MutateError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -444,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"score {'-' if s is None else f'{100 * s:.1f} %'} (killed + timeout) / (mutants - "
           f"equivalent - not run); {report['mutants_run']} of {report['mutants_drawn']} drawn "
           f"of {report['mutants_total']} mutants ran, "
-          f"{report['wall_s']} s; not killed: {len(report['not_killed'])}, listed in {report_path}")
+          f"{report.get('wall_s', '-')} s; not killed: {len(report['not_killed'])}, listed in {report_path}")
     return 0
 
 

@@ -63,6 +63,8 @@ VERDICTS = ("killed", "timeout", "survived", "no tests", "equivalent", "other", 
 #: against a renumbering after a source change: a listed survivor whose diff no longer contains
 #: it is reported as ``survived``, not ``equivalent``. docs/verification.md explains each.
 MESSAGE_ONLY = "error message text only: the same exception type is raised at the same point"
+DIAGNOSTIC_ONLY = ("hexdump text of a mismatch report only (which rows are printed, the marker "
+                   "line): the reported addresses and the pass/fail verdict are unchanged")
 EQUIVALENT: dict[str, tuple[str, str]] = {
     "sw_model.clicklog.x_criteo_lines_to_clicklog__mutmut_2":
         ('"XX<lines>XX"', "default of `source`, which only names the input in error messages"),
@@ -79,6 +81,18 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "sw_model.clicklog.xǁClickDataǁvalidate__mutmut_132": ("bad(None)", MESSAGE_ONLY),
     "sw_model.embedding_device.xǁFloatEmbeddingsǁrestart__mutmut_3":
         ('"floatembeddings has', MESSAGE_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁ_describe__mutmut_30": ("o + 17", DIAGNOSTIC_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁ_describe__mutmut_69": ('"XX  XX"', DIAGNOSTIC_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁ__init____mutmut_35":
+        ("self._next_handle = 1", "write handles are opaque keys handed out by write_begin and "
+                                  "given back to write_end: the first one's number does not matter"),
+    "sw_model.coherence.xǁLineValueCheckerǁ_line__mutmut_12": ("ValueError(None)", MESSAGE_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁread__mutmut_18": ('"XXreadXX"', MESSAGE_ONLY),
+    "sw_model.memory.xǁMemoryImageǁdiff__mutmut_71": ("o + 17", DIAGNOSTIC_ONLY),
+    "sw_model.memory.xǁMemoryImageǁdiff__mutmut_75": ('"XX  XX"', DIAGNOSTIC_ONLY),
+    "sw_model.memory.xǁMemoryImageǁdiff__mutmut_84": ('"XX\\nXX"', DIAGNOSTIC_ONLY),
+    "sw_model.expected_trace.x_expected_events__mutmut_34": ("a.get('_line', )", MESSAGE_ONLY),
+    "sw_model.expected_trace.x_expected_events__mutmut_36": ("a.get('_LINE', '?')", MESSAGE_ONLY),
     "sw_model.workload.x_make_bags__mutmut_13":
         ("np.full(n_bags, pooling, )", "pooling is an int: np.full makes int64 unasked"),
     "sw_model.workload.xǁLookupJobǁlayout__mutmut_61":

@@ -322,3 +322,56 @@ def test_violation_report_gives_the_line_and_its_byte_address():
     scoreboard prints. Line 0x40 is byte address 0x40 * 64 = 0x1000."""
     v = CoherenceViolation("rule 2", 0x40, "m", who="gather", times=(3, 5))
     assert str(v) == "rule 2 violation, line 0x40 (byte address 0x1000), seen by gather, t=3/5: m"
+
+
+def test_expected_trace_numbers_completions_and_tag_uses_and_refuses_with_nxm():
+    """Mutants of ``sw_model.expected_trace`` the comparator tests cannot see:
+    ``xǁ_Replayǁ_step__mutmut_47`` (completion number under another key), ``xǁ_Replayǁ_cxl__
+    mutmut_16`` (the second use of a tag numbered 2), ``_198`` (MemData-NXM with poison 2),
+    ``xǁ_Replayǁ_apply_write__mutmut_128`` (a RECOVER that does not unsynchronise the trace).
+    Contract (docs/traces.md via the module docstring, docs/coherence.md): ``cpl`` events keyed
+    ``n`` = 0, 1, ... in order; ``cxl`` events keyed tag + n-th use of the tag; a refused read
+    gets MemData-NXM, data all ones, poison 1, no NDR; after CONTROL.RECOVER, CSR read data is
+    unchecked (None) until the host has seen STATUS READY and not RECOVERING."""
+    from hw.cxl_encodings import MetaField, MetaValue, ReqOpcode, SnpType
+    from sw_model.expected_trace import expected_events
+    from tests.model.test_compare import workload
+
+    exp = expected_events(workload(), CFG)[1:]
+    assert [c["n"] for c in exp if c["ev"] == "cpl"] == list(range(10))
+    status = [e for e in exp if e["ev"] == "csr_r" and e["name"] == "STATUS"]
+    assert status[0]["data"] is None                     # the host read RECOVERING (8)
+    assert status[1]["data"] is not None                 # then READY (4): synchronised
+
+    hdr = {"opcode": int(ReqOpcode.MEM_RD), "snp_type": int(SnpType.SNP_CUR),
+           "meta_field": int(MetaField.NO_OP), "meta_value": int(MetaValue.I), "tag": 5,
+           "addr": CFG.log_base // 64}
+    read = {"act": "cxl", "tag": 5, "ch": "m2s_req", "hdr": hdr}
+    reads = [e for e in expected_events([{"act": "reset"}, read, read], CFG)[1:]
+             if e["ev"] == "cxl"]
+    assert [(e["tag"], e["n"]) for e in reads] == [(5, 0), (5, 1)]
+    for e in reads:
+        assert e["ndr"] == [] and len(e["drs"]) == 1
+        assert e["drs"][0]["poison"] == 1 and e["drs"][0]["data"] == "ff" * 64
+
+
+def test_expected_trace_irq_status_is_write_one_to_clear_and_known_when_idle():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_power_on__mutmut_17`` (not synchronised
+    after reset, so a write to IRQ_STATUS makes its bits unknown) and ``xǁ_Replayǁ_apply_write__
+    mutmut_151`` (RECOVERED not cleared by writing 1). IRQ_STATUS is write-1-to-clear; with the
+    device idle and the host synchronised every bit of it is determined."""
+    from sw_model.expected_trace import RegMap, expected_events
+    from tests.model.test_compare import workload
+    rm = RegMap()
+    every = rm.bits("IRQ_STATUS")
+    w1c = {"act": "csr_write", "addr": rm.off["IRQ_STATUS"], "data": every, "strb": 15, "resp": 0}
+    rd = {"act": "csr_read", "addr": rm.off["IRQ_STATUS"], "data": 0, "resp": 0}
+
+    (after_reset,) = [e for e in expected_events([{"act": "reset"}, w1c, rd], CFG)[1:]
+                      if e["ev"] == "csr_r"]
+    assert (after_reset["data"], after_reset["mask"]) == (0, every)
+
+    events = expected_events(workload() + [w1c, rd], CFG)[1:]
+    irq_reads = [e for e in events if e["ev"] == "csr_r" and e["name"] == "IRQ_STATUS"]
+    assert irq_reads[-2]["data"] & rm.bit("IRQ_STATUS", "RECOVERED")   # the workload recovered
+    assert (irq_reads[-1]["data"], irq_reads[-1]["mask"]) == (0, every)

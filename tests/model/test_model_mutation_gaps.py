@@ -375,3 +375,22 @@ def test_expected_trace_irq_status_is_write_one_to_clear_and_known_when_idle():
     irq_reads = [e for e in events if e["ev"] == "csr_r" and e["name"] == "IRQ_STATUS"]
     assert irq_reads[-2]["data"] & rm.bit("IRQ_STATUS", "RECOVERED")   # the workload recovered
     assert (irq_reads[-1]["data"], irq_reads[-1]["mask"]) == (0, every)
+
+
+def test_expected_from_file_splits_sections_at_action_headers(tmp_path):
+    """Mutants ``sw_model.expected_trace.x_expected_from_file__mutmut_16`` (section order
+    recorded as None), ``_18`` (header key misspelt: no section is recognised) and ``_27``
+    (section name read from "SECTION": every name ""). No model test read an action-log file
+    with sections."""
+    from sw_model.expected_trace import ACTIONS, SEMANTIC, RegMap, expected_from_file
+    status = {"act": "csr_read", "addr": RegMap().off["STATUS"], "data": 0, "resp": 0}
+    lines = [{"trace": ACTIONS, "section": "first"}, {"act": "reset"}, status,
+             {"trace": ACTIONS, "section": "second"}, {"act": "reset"}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = expected_from_file(tmp_path / "a.jsonl")
+    assert list(got) == ["first", "second"]
+    assert all(evs[0]["trace"] == SEMANTIC for evs in got.values())
+    assert [e["ev"] for e in got["first"][1:]].count("csr_r") == 1
+    assert [e["ev"] for e in got["second"][1:]].count("csr_r") == 0
+    (tmp_path / "b.jsonl").write_text(json.dumps({"act": "reset"}) + "\n" + json.dumps(status))
+    assert list(expected_from_file(tmp_path / "b.jsonl")) == [""]

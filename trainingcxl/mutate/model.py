@@ -83,6 +83,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ('"floatembeddings has', MESSAGE_ONLY),
     "sw_model.coherence.xǁLineValueCheckerǁ_describe__mutmut_30": ("o + 17", DIAGNOSTIC_ONLY),
     "sw_model.coherence.xǁLineValueCheckerǁ_describe__mutmut_69": ('"XX  XX"', DIAGNOSTIC_ONLY),
+    "sw_model.coherence.x_host_region__mutmut_2":
+        ("cfg.addr_bits + 6", "the early return is a shortcut: DeviceConfig keeps every region "
+                              "below 2^addr_bits, so region_of(addr << 6) is None for any line "
+                              "address with a bit at or above addr_bits - 6 anyway"),
     "sw_model.coherence.xǁLineValueCheckerǁ__init____mutmut_35":
         ("self._next_handle = 1", "write handles are opaque keys handed out by write_begin and "
                                   "given back to write_end: the first one's number does not matter"),

@@ -328,20 +328,22 @@ def test_expected_trace_numbers_completions_and_tag_uses_and_refuses_with_nxm():
     """Mutants of ``sw_model.expected_trace`` the comparator tests cannot see:
     ``xǁ_Replayǁ_step__mutmut_47`` (completion number under another key), ``xǁ_Replayǁ_cxl__
     mutmut_16`` (the second use of a tag numbered 2), ``_198`` (MemData-NXM with poison 2),
-    ``xǁ_Replayǁ_apply_write__mutmut_128`` (a RECOVER that does not unsynchronise the trace).
+    ``xǁ_Replayǁ_apply_write__mutmut_128`` (a RECOVER that does not unsynchronise the trace),
+    ``xǁ_Replayǁ_reg_value__mutmut_104`` (READY missing from an idle device's STATUS).
     Contract (docs/traces.md via the module docstring, docs/coherence.md): ``cpl`` events keyed
     ``n`` = 0, 1, ... in order; ``cxl`` events keyed tag + n-th use of the tag; a refused read
     gets MemData-NXM, data all ones, poison 1, no NDR; after CONTROL.RECOVER, CSR read data is
     unchecked (None) until the host has seen STATUS READY and not RECOVERING."""
     from hw.cxl_encodings import MetaField, MetaValue, ReqOpcode, SnpType
-    from sw_model.expected_trace import expected_events
+    from sw_model.expected_trace import RegMap, expected_events
     from tests.model.test_compare import workload
 
     exp = expected_events(workload(), CFG)[1:]
     assert [c["n"] for c in exp if c["ev"] == "cpl"] == list(range(10))
     status = [e for e in exp if e["ev"] == "csr_r" and e["name"] == "STATUS"]
     assert status[0]["data"] is None                     # the host read RECOVERING (8)
-    assert status[1]["data"] is not None                 # then READY (4): synchronised
+    assert status[1]["data"] is not None                 # then READY (4): synchronised, and
+    assert status[1]["data"] & RegMap().bit("STATUS", "READY")   # the expected value says READY
 
     hdr = {"opcode": int(ReqOpcode.MEM_RD), "snp_type": int(SnpType.SNP_CUR),
            "meta_field": int(MetaField.NO_OP), "meta_value": int(MetaValue.I), "tag": 5,

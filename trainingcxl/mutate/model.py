@@ -93,6 +93,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
                                                           "in _check_batch's message)"),
     "sw_model.embedding_device.xǁFloatEmbeddingsǁupdate__mutmut_22":
         ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.embedding_device.x_lr_to_fixed__mutmut_23":
+        ("- 1) * (1 << frac_bits)", MESSAGE_ONLY + " (the largest representable rate it quotes)"),
+    "sw_model.embedding_device.xǁModelDeviceǁschedule_power_failure__mutmut_4":
+        ('"XXafter_writes must be >= 0XX"', MESSAGE_ONLY),
     "sw_model.coherence.x_host_region__mutmut_2":
         ("cfg.addr_bits + 6", "the early return is a shortcut: DeviceConfig keeps every region "
                               "below 2^addr_bits, so region_of(addr << 6) is None for any line "

@@ -413,3 +413,23 @@ def test_concat_joins_in_order_and_refuses_parts_of_other_tables():
     b.table_rows = np.array([5], dtype=np.int64)
     with pytest.raises(ValueError, match="table_rows differ"):
         ClickData.concat([a, b])
+
+
+def test_dlrm_devices_start_from_tables_in_their_own_fixed_point_format():
+    """Mutants ``sw_model.dlrm.x_make_float_device__mutmut_13`` (initial tables quantised with
+    24 fraction bits whatever ``frac_bits``), ``sw_model.dlrm.x_make_model_device__mutmut_18``
+    (the same for the device's ``frac_bits``) and ``_9`` (MLP_LAG = ``lag_k`` not set). All
+    three were stopped by the run's time limit; the first survived a rerun with a 15-minute
+    limit. uniform(-0.05, 0.05) rounded to Q.16 is a multiple of 2^-16 of magnitude at most
+    0.05 + 2^-17 (half a step)."""
+    from sw_model.dlrm import DLRMConfig, make_float_device, make_model_device
+    cfg = DLRMConfig(table_rows=(50, 60), alphas=(1.05, 1.1), lag_k=3)
+    for t in make_float_device(cfg, frac_bits=16).tables():
+        v = t.astype(np.float64)
+        assert np.all(np.abs(v) <= 0.05 + 2**-17)
+        assert np.array_equal(v * 65536, np.rint(v * 65536))
+        assert np.abs(v).max() > 0.04                    # the draws span the range
+    dev = make_model_device(cfg, CFG.with_(frac_bits=16))
+    assert dev.mlp_lag == 3
+    for q in dev.tables():
+        assert np.abs(q).max() <= 0.05 * 65536 + 0.5 and np.abs(q).max() > 0.04 * 65536

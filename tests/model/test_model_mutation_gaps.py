@@ -433,3 +433,14 @@ def test_dlrm_devices_start_from_tables_in_their_own_fixed_point_format():
     assert dev.mlp_lag == 3
     for q in dev.tables():
         assert np.abs(q).max() <= 0.05 * 65536 + 0.5 and np.abs(q).max() > 0.04 * 65536
+
+
+def test_slice_rebases_offsets_and_holds_int64_indices():
+    """Mutant ``sw_model.clicklog.xǁClickDataǁslice__mutmut_19`` (indices kept in their own
+    dtype; ClickData holds int64). Stopped by the run's time limit, it survived a rerun with a
+    15-minute limit. Samples 1..2 of 4 (one index each, sample i looks up row i % 4)."""
+    d = _click_data(4)
+    d.indices = [d.indices[0].astype(np.uint32)]
+    s = d.slice(1, 3)
+    assert s.offsets[0].tolist() == [0, 1, 2] and s.indices[0].tolist() == [1, 2]
+    assert s.indices[0].dtype == np.int64 and s.dense[:, 0].tolist() == [1, 2]

@@ -1,8 +1,8 @@
 """Gaps in the model tests that mutation testing found (docs/verification.md "Mutation testing:
 sw_model"): each test names the mutmut mutant(s) of ``python -m trainingcxl.mutate.model`` it
 was written for; each fails with that mutant applied (checked with ``mutmut apply`` on a copy of
-``sw_model``; for ``RegMap.__init__``, which ``mutmut apply`` confuses with the module's first
-``__init__``, by editing the copy by hand) and passes on the model. Expected values are worked out by hand from the
+``sw_model``; for ``RegMap.__init__`` and ``StagingLayout.__init__``, which ``mutmut apply``
+confuses with the module's first ``__init__``, by editing the copy by hand) and passes on the model. Expected values are worked out by hand from the
 documented behaviour, not taken from a model run."""
 import json
 
@@ -444,3 +444,14 @@ def test_slice_rebases_offsets_and_holds_int64_indices():
     s = d.slice(1, 3)
     assert s.offsets[0].tolist() == [0, 1, 2] and s.indices[0].tolist() == [1, 2]
     assert s.indices[0].dtype == np.int64 and s.dense[:, 0].tolist() == [1, 2]
+
+
+def test_staging_layout_snapshot_must_fit_its_slot_less_one_line():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_62`` (capacity one
+    line more than the slot instead of one line less): the slot keeps a 64 B line besides the
+    snapshot bytes, so slot - 64 fits and slot - 63 does not."""
+    from sw_model.embedding_device import StagingLayout, snap_slot_bytes
+    slot = snap_slot_bytes(CFG)
+    StagingLayout(CFG, (10,), (16,), 4, 8, slot - 64)
+    with pytest.raises(ValueError, match="exceeds the slot capacity"):
+        StagingLayout(CFG, (10,), (16,), 4, 8, slot - 63)

@@ -97,6 +97,11 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("- 1) * (1 << frac_bits)", MESSAGE_ONLY + " (the largest representable rate it quotes)"),
     "sw_model.embedding_device.xǁModelDeviceǁschedule_power_failure__mutmut_4":
         ('"XXafter_writes must be >= 0XX"', MESSAGE_ONLY),
+    "sw_model.embedding_device.xǁModelDeviceǁ_power_on__mutmut_17":
+        ("self.dead = None", "`dead` is only ever tested for truth (`if self.dead:`)"),
+    "sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_114":
+        ("max(int(nbytes), 2)", "every region starts 64 B aligned, so _align(addr + 1) and "
+                                "_align(addr + 2) are the same next line"),
     "sw_model.coherence.x_host_region__mutmut_2":
         ("cfg.addr_bits + 6", "the early return is a shortcut: DeviceConfig keeps every region "
                               "below 2^addr_bits, so region_of(addr << 6) is None for any line "

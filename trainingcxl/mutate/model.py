@@ -102,6 +102,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_114":
         ("max(int(nbytes), 2)", "every region starts 64 B aligned, so _align(addr + 1) and "
                                 "_align(addr + 2) are the same next line"),
+    "sw_model.dlrm.x_pool_float__mutmut_8":
+        ("o = np.asarray(o, dtype=None)", "bag offsets are non-decreasing integers: np.diff, "
+                                          "np.repeat and the slice give the same in any integer "
+                                          "dtype (a list becomes int64 anyway)"),
     "sw_model.coherence.x_host_region__mutmut_2":
         ("cfg.addr_bits + 6", "the early return is a shortcut: DeviceConfig keeps every region "
                               "below 2^addr_bits, so region_of(addr << 6) is None for any line "

@@ -106,6 +106,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
         ("o = np.asarray(o, dtype=None)", "bag offsets are non-decreasing integers: np.diff, "
                                           "np.repeat and the slice give the same in any integer "
                                           "dtype (a list becomes int64 anyway)"),
+    "sw_model.embedding_device.x_lr_to_fixed__mutmut_24":
+        ("((1 << 32) + 1) / (1 << frac_bits)", MESSAGE_ONLY),
+    "sw_model.embedding_device.xǁModelDeviceǁschedule_power_failure__mutmut_3":
+        ("raise ValueError(None)", MESSAGE_ONLY),
     "sw_model.coherence.x_host_region__mutmut_2":
         ("cfg.addr_bits + 6", "the early return is a shortcut: DeviceConfig keeps every region "
                               "below 2^addr_bits, so region_of(addr << 6) is None for any line "
@@ -303,7 +307,10 @@ def run_mutmut(work: Path, names: list[str], files: set[str], workers: int, log:
     env.pop("PYTEST_XDIST_WORKER", None)
     wanted = set(names)
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env)
+        # its own session: mutmut stops its workers by signalling its process group, which
+        # without this included the runner (the first --time-limit run ended there, silently)
+        proc = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
         bar = tqdm(total=len(names), unit="mutant", desc="mutants", disable=not progress,
                    file=sys.stderr)
         done = 0
@@ -492,6 +499,9 @@ def rejudge(target: Target, *, sample: int | None, seed: int, out: Path,
     names = draw_sample(list(file_of), sample, seed)
     codes = _read_exit_codes(work, set(files))
     report = judge(target, work, file_of, {n: codes.get(n) for n in names}, EQUIVALENT)
+    staged = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["mutmut"]
+    report["timeout"] = {"multiplier": staged["timeout_multiplier"],
+                         "constant_s": staged["timeout_constant"]}
     previous = out / report_name
     if previous.exists():
         old = json.loads(previous.read_text())

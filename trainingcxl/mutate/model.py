@@ -307,8 +307,7 @@ def run_mutmut(work: Path, names: list[str], files: set[str], workers: int, log:
     env.pop("PYTEST_XDIST_WORKER", None)
     wanted = set(names)
     with open(log, "w") as out:
-        # its own session: mutmut stops its workers by signalling its process group, which
-        # without this included the runner (the first --time-limit run ended there, silently)
+        # its own session, so the time limit can stop mutmut and its forked workers together
         proc = subprocess.Popen(cmd, cwd=work, stdout=out, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True)
         bar = tqdm(total=len(names), unit="mutant", desc="mutants", disable=not progress,
@@ -326,8 +325,14 @@ def run_mutmut(work: Path, names: list[str], files: set[str], workers: int, log:
                 bar.update(now - done)
                 done = now
             if time_limit_s is not None and not stopped and time.monotonic() - t0 > time_limit_s:
-                # mutmut stops its workers on SIGINT and keeps the verdicts it has
-                proc.send_signal(signal.SIGINT)
+                # mutmut ignores SIGINT here (the first time-limited run went on for 9 minutes
+                # after it): stop its whole session, workers included; the verdicts it has
+                # written stay in its result files
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
                 stopped = True
         bar.close()
     codes = _read_exit_codes(work, files)

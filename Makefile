@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test coverage mutate-hw test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
+.PHONY: venv test coverage mutate mutate-hw mutate-model test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
 
 venv: $(STAMP)
 
@@ -122,6 +122,15 @@ fuzz: $(STAMP)
 	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
 	$(TCXL) fuzz --surface csr --count $(or $(CSRS),500) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
 	$(TCXL) fuzz --surface cxl --count $(or $(CXLS),100000) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
+
+# Mutation testing of the golden model (docs/verification.md): mutmut mutants of sw_model/ against
+# tests/model, SAMPLE of them (default all 8,487: hours), WORKERS at a time (default 1), seeded;
+# table on stdout, every mutant not killed with its diff in build/mutate/model.json
+mutate-model: $(STAMP)
+	nice -n 10 $(PY) -m trainingcxl.mutate.model --seed $(or $(SEED),1) $(if $(SAMPLE),--sample $(SAMPLE)) $(if $(WORKERS),--workers $(WORKERS))
+
+# Both mutation campaigns, hw then sw_model (docs/verification.md)
+mutate: mutate-hw mutate-model
 
 verilog: $(STAMP)
 	$(TCXL) verilog --out build/verilog $(if $(CONFIG),--config $(CONFIG))

@@ -1,2 +1,3 @@
-"""Mutation testing (issue #17 item 3, docs/verification.md): ``hw`` mutates the RTL's netlist
-(Yosys ``mutate``, mcy-style) and runs the cosim benches covering each mutant."""
+"""Mutation testing (docs/verification.md): :mod:`.hw` mutates the RTL's netlist (Yosys
+``mutate``, mcy-style) and runs the cosim benches covering each mutant; :mod:`.model` mutates the
+golden model (``sw_model/``) with mutmut and runs the model tests against each mutant."""

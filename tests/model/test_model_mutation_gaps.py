@@ -1,0 +1,457 @@
+"""Gaps in the model tests that mutation testing found (docs/verification.md "Mutation testing:
+sw_model"): each test names the mutmut mutant(s) of ``python -m trainingcxl.mutate.model`` it
+was written for; each fails with that mutant applied (checked with ``mutmut apply`` on a copy of
+``sw_model``; for ``RegMap.__init__`` and ``StagingLayout.__init__``, which ``mutmut apply``
+confuses with the module's first ``__init__``, by editing the copy by hand) and passes on the model. Expected values are worked out by hand from the
+documented behaviour, not taken from a model run."""
+import json
+
+import numpy as np
+import pytest
+
+from hw.config import DeviceConfig
+from hw.cxl_encodings import (BISnpOpcode as BS, MetaField as MF, MetaValue as MV,
+                              NDROpcode as NDR, ReqOpcode as RQ, SnpType as ST)
+from hw.encodings import DescKind, DeviceError
+from sw_model.clicklog import ClickData, ClickLogFormatError, save_npz
+from sw_model.coherence import CoherenceViolation, HostPermission
+from sw_model.dlrm import TrainResult, npz_data
+from sw_model.embedding_device import DeviceStatusError
+from sw_model.fixedpoint import I32_MAX, I32_MIN, to_float
+from sw_model.training import CSR_NAMES, _load_csr_addr
+from sw_model.workload import make_table
+
+CFG = DeviceConfig()
+
+
+def _click_data(n: int) -> ClickData:
+    """n samples, one dense feature equal to the sample number, one table of 4 rows with one
+    index per sample (sample i looks up row i % 4), labels alternating 0/1."""
+    return ClickData(dense=np.arange(n, dtype=np.float32).reshape(n, 1),
+                     offsets=[np.arange(n + 1, dtype=np.int64)],
+                     indices=[np.arange(n, dtype=np.int64) % 4],
+                     labels=(np.arange(n) % 2).astype(np.float32),
+                     table_rows=np.array([4], dtype=np.int64))
+
+
+# ---- dlrm.npz_data ------------------------------------------------------------------------------
+
+def test_npz_data_splits_train_batches_and_held_out_part_in_file_order(tmp_path):
+    """Mutant ``sw_model.dlrm.x_npz_data__mutmut_11`` (``n_train = int(None)``): no test loaded a
+    valid file through npz_data. 10 samples, eval 0.2: the first int(10 * 0.8) = 8 train, batch
+    4 -> 2 batches (samples 0-3, 4-7), samples 8-9 held out, table_rows (4,)."""
+    path = tmp_path / "log.npz"
+    save_npz(path, _click_data(10))
+    data, n_batches, eval_data, table_rows = npz_data(path, 4, eval_fraction=0.2)
+    assert n_batches == 2 and table_rows == (4,)
+    assert data(1).dense[:, 0].tolist() == [0, 1, 2, 3]
+    assert data(2).dense[:, 0].tolist() == [4, 5, 6, 7]
+    assert eval_data.dense[:, 0].tolist() == [8, 9]
+    with pytest.raises(IndexError):
+        data(3)
+
+
+def test_npz_data_refuses_eval_fraction_one_before_reading_the_file(tmp_path):
+    """Mutant ``sw_model.dlrm.x_npz_data__mutmut_5`` (``0 < eval_fraction <= 1``): the range
+    is open at 1 (nothing left to train on); the check comes before the file is opened."""
+    with pytest.raises(ValueError, match=r"eval_fraction must be in \(0, 1\)"):
+        npz_data(tmp_path / "absent.npz", 4, eval_fraction=1.0)
+
+
+def test_npz_data_refuses_a_held_out_part_that_rounds_to_nothing(tmp_path):
+    """Mutant ``sw_model.dlrm.x_npz_data__mutmut_20`` (``n_train > full.n``): 1 - 1e-17 is 1.0
+    in float64, so int(8 * (1 - 1e-17)) = 8 = every sample and the held-out set would be
+    empty; that must be refused."""
+    path = tmp_path / "log.npz"
+    save_npz(path, _click_data(8))
+    with pytest.raises(ValueError, match="too few"):
+        npz_data(path, 4, eval_fraction=1e-17)
+
+
+# ---- dlrm.TrainResult.progressive_auc ------------------------------------------------------------
+
+def test_progressive_auc_takes_batches_first_to_last_inclusive():
+    """Mutant ``sw_model.dlrm.xǁTrainResultǁprogressive_auc__mutmut_10`` (``range(first, )``,
+    i.e. batches before ``first``). Batch 1 ranks its positive below its negative; batches 2
+    and 3 rank their positive above their negative."""
+    r = TrainResult(n_batches=3)
+    r.preds = {1: (np.array([0.1, 0.9]), np.array([1.0, 0.0])),
+               2: (np.array([0.8, 0.2]), np.array([1.0, 0.0])),
+               3: (np.array([0.7, 0.3]), np.array([1.0, 0.0]))}
+    assert r.progressive_auc(2, 3) == 1.0
+    assert r.progressive_auc(2) == 1.0
+    # batches 1..3: positives 0.1, 0.8, 0.7; negatives 0.9, 0.2, 0.3. Pairs (pos > neg):
+    # 0.1 beats none, 0.8 beats 0.2 and 0.3, 0.7 beats 0.2 and 0.3: 4 of 9
+    assert r.progressive_auc() == pytest.approx(4 / 9)
+
+
+# ---- training._load_csr_addr ---------------------------------------------------------------------
+
+def test_load_csr_addr_reads_offsets_and_names_missing_registers(tmp_path):
+    """Mutants ``sw_model.training.x__load_csr_addr__mutmut_10`` (``int(None)``), ``_11``
+    (key ``"XXoffsetXX"``) and ``_15`` (``missing = None``): the module-level CSR_ADDR is
+    computed once at import, so only a direct call can see them."""
+    regs = [{"name": n, "offset": 4 * i + 0x100} for i, n in enumerate(CSR_NAMES)]
+    path = tmp_path / "regmap.json"
+    path.write_text(json.dumps({"registers": regs + [{"name": "OTHER", "offset": 0}]}))
+    assert _load_csr_addr(path) == {n: 4 * i + 0x100 for i, n in enumerate(CSR_NAMES)}
+    path.write_text(json.dumps({"registers": regs[1:]}))
+    with pytest.raises(KeyError, match=f"registers \\['{CSR_NAMES[0]}'\\] missing"):
+        _load_csr_addr(path)
+
+
+# ---- workload.make_table -------------------------------------------------------------------------
+
+def test_make_table_scales_by_frac_bits():
+    """Mutant ``sw_model.workload.x_make_table__mutmut_8`` (``frac_bits`` not passed to
+    to_fixed, so always 24): N(0, 1) samples in Q.16 read back with 16 fraction bits have a
+    standard deviation near 1 (800 samples: within 0.15), not 2^8."""
+    t = make_table(np.random.default_rng(1), 100, 8, frac_bits=16)
+    assert abs(float(np.std(to_float(t, 16))) - 1.0) < 0.15
+
+
+def test_make_table_extreme_values_are_spread_within_2_24_of_the_rails():
+    """Mutant ``sw_model.workload.x_make_table__mutmut_25`` (``size=None``: one distance from
+    the rail for every extreme element). With extreme=1 every element is within 2^24 of a rail,
+    at distances drawn independently from [0, 2^24): among 512 of them, many distinct ones."""
+    t = make_table(np.random.default_rng(2), 64, 8, extreme=1.0).astype(np.int64)
+    dist = np.minimum(I32_MAX - t, t - I32_MIN)
+    assert dist.min() >= 0 and dist.max() < (1 << 24)
+    assert len(np.unique(dist)) > 400
+
+
+# ---- embedding_device.DeviceStatusError ----------------------------------------------------------
+
+def test_device_status_error_message_names_code_kind_and_descriptor():
+    """Mutants ``sw_model.embedding_device.xǁDeviceStatusErrorǁ__init____mutmut_2`` (default
+    ``what="XXXX"``) and ``_18`` (``... or True``: an unknown descriptor kind is looked up in
+    DescKind and the constructor itself raises ValueError)."""
+    e = DeviceStatusError(DeviceError.BAD_DIM, 48, {"kind": int(DescKind.LOOKUP), "table": 2,
+                                                    "batch": 7, "tag": 9}, bag=3)
+    assert str(e) == "BAD_DIM (value 48, bag 3) for LOOKUP descriptor table=2 batch=7 tag=9"
+    e = DeviceStatusError(DeviceError.BAD_DIM, 0, {"kind": 13})
+    assert str(e) == "BAD_DIM (value 0, bag 0) for 13 descriptor table=None batch=None tag=None"
+
+
+# ---- coherence.HostPermission: the violation's fields --------------------------------------------
+
+def _violation(call):
+    with pytest.raises(CoherenceViolation) as e:
+        call()
+    return e.value
+
+
+def test_rule7_violations_carry_rule_agent_and_cycles():
+    """Mutants ``sw_model.coherence.xǁHostPermissionǁbisnp__mutmut_17``/``_18`` (rule name
+    ``"XXrule 7XX"``/``"RULE 7"`` for an out-of-range BITag) and ``_37`` (``who="XXdcohXX"``
+    for a reused BITag): the scoreboard reports ``rule``, ``who`` and ``times``."""
+    p = HostPermission(CFG)
+    v = _violation(lambda: p.bisnp(0x30, BS.BISNP_INV, CFG.bi_tags, 103))
+    assert (v.rule, v.line, v.who, v.times) == ("rule 7", 0x30, "dcoh", (103,))
+    p.bisnp(0x10, BS.BISNP_INV, 2, 100)
+    v = _violation(lambda: p.bisnp(0x20, BS.BISNP_INV, 2, 101))
+    assert (v.rule, v.line, v.who, v.times) == ("rule 7", 0x20, "dcoh", (100, 101))
+
+
+def test_rule3_and_rule5_violations_carry_agent_and_cycles():
+    """Mutants ``sw_model.coherence.xǁHostPermissionǁdevice_access__mutmut_31`` (``who=None``
+    for rule 3) and ``...ǁresponse__mutmut_40`` (``times`` dropped for rule 5)."""
+    p = HostPermission(CFG)
+    p.req(0x40, RQ.MEM_RD, ST.SNP_INV, MF.META0_STATE, MV.A, 1)
+    p.response(0x40, 3, ndr=NDR.CMP_E)                 # host holds E, no BISnpCur since
+    v = _violation(lambda: p.device_access(0x40, False, 9, who="gather"))
+    assert (v.rule, v.who, v.times) == ("rule 3", "gather", (9,))
+    p = HostPermission(CFG)
+    p.bisnp(0x99, BS.BISNP_INV, 1, 10)
+    p.req(0x99, RQ.MEM_RD, ST.SNP_INV, MF.META0_STATE, MV.A, 12)
+    v = _violation(lambda: p.response(0x99, 20, ndr=NDR.CMP_E))
+    assert (v.rule, v.who, v.times) == ("rule 5", "dcoh", (10, 12, 20))
+
+
+def test_make_table_draws_float32_normals():
+    """Mutant ``sw_model.workload.x_make_table__mutmut_13`` (float64 normals). A float32 normal
+    x scaled by 2^24 and rounded is an integer t with |t| < 2^24 (exact in float32) or, for
+    |x| >= 1, x * 2^24 itself (24 significant bits): every t/2^24 is a float32 value. Float64
+    normals give integers up to ~2^26 with 25-26 significant bits in about a sixth of the
+    elements."""
+    v = to_float(make_table(np.random.default_rng(3), 100, 8), 24)
+    assert np.array_equal(v.astype(np.float32).astype(np.float64), v)
+
+
+def test_random_lookup_job_passes_extreme_to_the_table():
+    """Mutant ``sw_model.workload.x_random_lookup_job__mutmut_25`` (``extreme`` not passed on):
+    with extreme=1 every table element is within 2^24 of a rail."""
+    from sw_model.workload import random_lookup_job
+    _, job = random_lookup_job(4, CFG, rows=32, dim=16, n_bags=2, pooling=2, extreme=1.0)
+    t = job.table.astype(np.int64)
+    assert np.all(np.minimum(I32_MAX - t, t - I32_MIN) < (1 << 24))
+
+
+def test_validate_reports_a_dense_list_as_a_format_error():
+    """Mutant ``sw_model.clicklog.xǁClickDataǁvalidate__mutmut_93`` (``getattr(d, 'shape', )``:
+    a ``dense`` without ``shape`` raises AttributeError while the message is built)."""
+    d = _click_data(2)
+    d.dense = [[0.0], [1.0]]
+    with pytest.raises(ClickLogFormatError, match=r"dense must be float32 \(N, n_dense\), got "
+                                                  r"<class 'list'> $"):
+        d.validate()
+
+
+def test_regmap_bits_masks_exactly_the_named_fields():
+    """Mutant ``sw_model.expected_trace.xǁRegMapǁbits__mutmut_15`` (``2 << width``: one bit too
+    many per field). A field's mask has ``width`` ones starting at ``lsb``, read from the
+    generated register map; a register's mask is the OR of its fields'."""
+    from sw_model.expected_trace import RegMap
+    rm = RegMap()
+    checked = 0
+    for reg, r in rm.regs.items():
+        whole = 0
+        for f in r["fields"]:
+            m = rm.bits(reg, f["name"])
+            assert bin(m).count("1") == f["width"] and m & -m == 1 << f["lsb"], (reg, f)
+            whole |= m
+            checked += 1
+        assert rm.bits(reg) == whole
+    assert checked > 20
+
+
+def test_float_tables_use_the_configured_fraction_bits():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁfloat_tables__mutmut_4``
+    (``to_float(q)``: always 24 fraction bits). With frac_bits = 16, the stored 3 * 2^16 reads
+    back as 3.0 and -2^15 as -0.5."""
+    from sw_model.embedding_device import FixedPointEmbeddings
+
+    class Tables(FixedPointEmbeddings):
+        # only what float_tables uses: the tables and frac_bits (no layout, no device)
+        def __init__(self):
+            self.frac_bits = 16
+
+        def read_tables_q(self):
+            return [np.array([[3 << 16, -(1 << 15)]], dtype=np.int32)]
+
+        write_staging = read_mem = submit = restart_device = set_mlp_lag_csr = None
+
+    (t,) = Tables().float_tables()
+    assert t.tolist() == [[3.0, -0.5]]
+
+
+def test_npz_round_trip_holds_integers_as_int64_whatever_the_input_dtype(tmp_path):
+    """Mutants ``sw_model.clicklog.x_save_npz__mutmut_28`` (indices written in their own dtype)
+    and ``sw_model.clicklog.x_load_npz__mutmut_95`` (table_rows kept in the file's dtype): the
+    file format and ClickData both say int64 (docs/dlrm.md, ClickData's docstring)."""
+    d = _click_data(3)
+    d.indices = [d.indices[0].astype(np.uint32)]
+    save_npz(tmp_path / "a.npz", d)
+    with np.load(tmp_path / "a.npz") as z:
+        assert z["indices_0"].dtype == np.int64
+    arrays = dict(version=np.int64(1), dense=d.dense, labels=d.labels,
+                  table_rows=np.array([4], dtype=np.uint32),
+                  offsets_0=np.arange(4, dtype=np.uint32), indices_0=np.arange(3, dtype=np.uint32))
+    np.savez(tmp_path / "b.npz", **arrays)
+    from sw_model.clicklog import load_npz
+    loaded = load_npz(tmp_path / "b.npz")
+    assert loaded.table_rows.dtype == np.int64 and loaded.table_rows.tolist() == [4]
+    assert loaded.indices[0].dtype == np.int64 and loaded.offsets[0].dtype == np.int64
+
+
+# ---- expected_trace: CSR events of the expected trace ---------------------------------------------
+
+def test_expected_trace_csr_events_follow_the_register_contract():
+    """Mutants of ``sw_model.expected_trace`` that the trace-comparator tests cannot see (they
+    turn the expected trace itself into the "device" side): ``xǁ_Replayǁcsr_write__mutmut_44``
+    (SLVERR under another key), ``xǁ_Replayǁcsr_read__mutmut_92`` (mask under another key),
+    ``xǁ_Replayǁ_reg_value__mutmut_110`` (READY left out of the STATUS mask), ``_33``
+    (REGION_*_SIZE looked up in lower case: falls back to the default configuration's value),
+    ``_64`` (CMD_SIZE not known), ``xǁ_Replayǁ_apply_write__mutmut_30`` (TABLE<t>_BASE_HI
+    writes ignored), ``_140`` and ``_158`` (ERR_CLEAR / IRQ_STATUS writes look up a register
+    that does not exist). Expected values: what was written, the configuration's region, the
+    register map's field positions."""
+    from sw_model.expected_trace import RegMap, expected_events
+    rm = RegMap()
+    cfg = CFG.with_(staging_size=1 << 20)
+    unmapped = max(rm.off.values()) + 4
+    assert rm.name(unmapped) is None
+
+    def w(name, v, addr=None):
+        return {"act": "csr_write", "addr": rm.off[name] if addr is None else addr, "data": v,
+                "strb": 15, "resp": 0}
+
+    def r(name):
+        return {"act": "csr_read", "addr": rm.off[name], "data": 0, "resp": 0}
+
+    acts = [{"act": "reset"}, r("REGION_STAGING_SIZE_LO"), r("REGION_STAGING_BASE_HI"),
+            w("CMD_SIZE", 16), r("CMD_SIZE"), w("TABLE0_BASE_HI", 0x12), r("TABLE0_BASE_HI"),
+            w("ERR_CLEAR", rm.bit("ERR_CLEAR", "CLEAR")), w("IRQ_STATUS", rm.bits("IRQ_STATUS")),
+            w(None, 5, addr=unmapped), r("STATUS")]
+    ev = [e for e in expected_events(acts, cfg)[1:] if e["ev"] in ("csr_r", "csr_w")]
+    assert [e["ev"] for e in ev] == ["csr_r", "csr_r", "csr_w", "csr_r", "csr_w", "csr_r",
+                                     "csr_w", "csr_w", "csr_w", "csr_r"]
+    assert (ev[0]["data"], ev[0]["mask"]) == (1 << 20, 0xFFFFFFFF)
+    assert ev[1]["data"] == 0x10                      # staging base 0x10_0000_0000
+    assert ev[3]["data"] == 16
+    assert ev[5]["data"] == 0x12
+    assert [e["resp"] for e in ev if e["ev"] == "csr_w"] == [0, 0, 0, 0, 2]   # OKAY.., SLVERR
+    status = ev[9]
+    assert status["mask"] & rm.bit("STATUS", "READY") and status["mask"] != 0xFFFFFFFF
+
+
+def test_line_overlay_image_includes_a_line_at_a_region_base():
+    """Mutant ``sw_model.expected_trace.xǁLineOverlayǁimage__mutmut_4`` (``b < a``: the first
+    line of a region left out of the COMMIT image). Regions are [base, base + size)."""
+    from sw_model.expected_trace import LineOverlay
+    ov = LineOverlay()
+    for a in (0x1000, 0x1040, 0x2000):
+        ov.write(a, bytes(range(64)), (1 << 64) - 1)
+    assert sorted(ov.image([(0x1000, 0x80)])) == ["1000", "1040"]
+
+
+def test_regmap_reads_the_file_it_is_given(tmp_path):
+    """Mutant ``sw_model.expected_trace.xǁRegMapǁ__init____mutmut_3`` (``path`` ignored: always
+    the generated register map)."""
+    from sw_model.expected_trace import RegMap
+    doc = {"registers": [{"name": "ONLY", "offset": 8, "sw": "rw",
+                          "fields": [{"name": "F", "lsb": 4, "width": 3, "reset": 0}]}]}
+    (tmp_path / "map.json").write_text(json.dumps(doc))
+    rm = RegMap(tmp_path / "map.json")
+    assert list(rm.regs) == ["ONLY"] and rm.name(8) == "ONLY" and rm.bits("ONLY") == 0b111 << 4
+
+
+def test_violation_report_gives_the_line_and_its_byte_address():
+    """Mutants ``sw_model.coherence.xǁCoherenceViolationǁ__init____mutmut_5`` (``line >> 6``)
+    and ``_22`` (``"XX: XX"`` between head and message): the report is what a failing
+    scoreboard prints. Line 0x40 is byte address 0x40 * 64 = 0x1000."""
+    v = CoherenceViolation("rule 2", 0x40, "m", who="gather", times=(3, 5))
+    assert str(v) == "rule 2 violation, line 0x40 (byte address 0x1000), seen by gather, t=3/5: m"
+
+
+def test_expected_trace_numbers_completions_and_tag_uses_and_refuses_with_nxm():
+    """Mutants of ``sw_model.expected_trace`` the comparator tests cannot see:
+    ``xǁ_Replayǁ_step__mutmut_47`` (completion number under another key), ``xǁ_Replayǁ_cxl__
+    mutmut_16`` (the second use of a tag numbered 2), ``_198`` (MemData-NXM with poison 2),
+    ``xǁ_Replayǁ_apply_write__mutmut_128`` (a RECOVER that does not unsynchronise the trace),
+    ``xǁ_Replayǁ_reg_value__mutmut_104`` (READY missing from an idle device's STATUS).
+    Contract (docs/traces.md via the module docstring, docs/coherence.md): ``cpl`` events keyed
+    ``n`` = 0, 1, ... in order; ``cxl`` events keyed tag + n-th use of the tag; a refused read
+    gets MemData-NXM, data all ones, poison 1, no NDR; after CONTROL.RECOVER, CSR read data is
+    unchecked (None) until the host has seen STATUS READY and not RECOVERING."""
+    from hw.cxl_encodings import MetaField, MetaValue, ReqOpcode, SnpType
+    from sw_model.expected_trace import RegMap, expected_events
+    from tests.model.test_compare import workload
+
+    exp = expected_events(workload(), CFG)[1:]
+    assert [c["n"] for c in exp if c["ev"] == "cpl"] == list(range(10))
+    status = [e for e in exp if e["ev"] == "csr_r" and e["name"] == "STATUS"]
+    assert status[0]["data"] is None                     # the host read RECOVERING (8)
+    assert status[1]["data"] is not None                 # then READY (4): synchronised, and
+    assert status[1]["data"] & RegMap().bit("STATUS", "READY")   # the expected value says READY
+
+    hdr = {"opcode": int(ReqOpcode.MEM_RD), "snp_type": int(SnpType.SNP_CUR),
+           "meta_field": int(MetaField.NO_OP), "meta_value": int(MetaValue.I), "tag": 5,
+           "addr": CFG.log_base // 64}
+    read = {"act": "cxl", "tag": 5, "ch": "m2s_req", "hdr": hdr}
+    reads = [e for e in expected_events([{"act": "reset"}, read, read], CFG)[1:]
+             if e["ev"] == "cxl"]
+    assert [(e["tag"], e["n"]) for e in reads] == [(5, 0), (5, 1)]
+    for e in reads:
+        assert e["ndr"] == [] and len(e["drs"]) == 1
+        assert e["drs"][0]["poison"] == 1 and e["drs"][0]["data"] == "ff" * 64
+
+
+def test_expected_trace_irq_status_is_write_one_to_clear_and_known_when_idle():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_power_on__mutmut_17`` (not synchronised
+    after reset, so a write to IRQ_STATUS makes its bits unknown) and ``xǁ_Replayǁ_apply_write__
+    mutmut_151`` (RECOVERED not cleared by writing 1). IRQ_STATUS is write-1-to-clear; with the
+    device idle and the host synchronised every bit of it is determined."""
+    from sw_model.expected_trace import RegMap, expected_events
+    from tests.model.test_compare import workload
+    rm = RegMap()
+    every = rm.bits("IRQ_STATUS")
+    w1c = {"act": "csr_write", "addr": rm.off["IRQ_STATUS"], "data": every, "strb": 15, "resp": 0}
+    rd = {"act": "csr_read", "addr": rm.off["IRQ_STATUS"], "data": 0, "resp": 0}
+
+    (after_reset,) = [e for e in expected_events([{"act": "reset"}, w1c, rd], CFG)[1:]
+                      if e["ev"] == "csr_r"]
+    assert (after_reset["data"], after_reset["mask"]) == (0, every)
+
+    events = expected_events(workload() + [w1c, rd], CFG)[1:]
+    irq_reads = [e for e in events if e["ev"] == "csr_r" and e["name"] == "IRQ_STATUS"]
+    assert irq_reads[-2]["data"] & rm.bit("IRQ_STATUS", "RECOVERED")   # the workload recovered
+    assert (irq_reads[-1]["data"], irq_reads[-1]["mask"]) == (0, every)
+
+
+def test_expected_from_file_splits_sections_at_action_headers(tmp_path):
+    """Mutants ``sw_model.expected_trace.x_expected_from_file__mutmut_16`` (section order
+    recorded as None), ``_18`` (header key misspelt: no section is recognised) and ``_27``
+    (section name read from "SECTION": every name ""). No model test read an action-log file
+    with sections."""
+    from sw_model.expected_trace import ACTIONS, SEMANTIC, RegMap, expected_from_file
+    status = {"act": "csr_read", "addr": RegMap().off["STATUS"], "data": 0, "resp": 0}
+    lines = [{"trace": ACTIONS, "section": "first"}, {"act": "reset"}, status,
+             {"trace": ACTIONS, "section": "second"}, {"act": "reset"}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = expected_from_file(tmp_path / "a.jsonl")
+    assert list(got) == ["first", "second"]
+    assert all(evs[0]["trace"] == SEMANTIC for evs in got.values())
+    assert [e["ev"] for e in got["first"][1:]].count("csr_r") == 1
+    assert [e["ev"] for e in got["second"][1:]].count("csr_r") == 0
+    (tmp_path / "b.jsonl").write_text(json.dumps({"act": "reset"}) + "\n" + json.dumps(status))
+    assert list(expected_from_file(tmp_path / "b.jsonl")) == [""]
+
+
+def test_concat_joins_in_order_and_refuses_parts_of_other_tables():
+    """Mutants ``sw_model.clicklog.xǁClickDataǁconcat__mutmut_12`` (``parts[2:]``: a second
+    part with other table_rows is not checked) and ``_8`` (table_rows kept in the first part's
+    dtype; ClickData holds int64). Both were stopped by the run's time limit, then survived a
+    rerun with a 15-minute limit (docs/verification.md)."""
+    a, b = _click_data(2), _click_data(3)
+    a.table_rows = a.table_rows.astype(np.uint32)
+    c = ClickData.concat([a, b])
+    assert c.dense[:, 0].tolist() == [0, 1, 0, 1, 2]
+    assert c.offsets[0].tolist() == [0, 1, 2, 3, 4, 5]
+    assert c.indices[0].tolist() == [0, 1, 0, 1, 2]
+    assert c.table_rows.dtype == np.int64 and c.table_rows.tolist() == [4]
+    b.table_rows = np.array([5], dtype=np.int64)
+    with pytest.raises(ValueError, match="table_rows differ"):
+        ClickData.concat([a, b])
+
+
+def test_dlrm_devices_start_from_tables_in_their_own_fixed_point_format():
+    """Mutants ``sw_model.dlrm.x_make_float_device__mutmut_13`` (initial tables quantised with
+    24 fraction bits whatever ``frac_bits``), ``sw_model.dlrm.x_make_model_device__mutmut_18``
+    (the same for the device's ``frac_bits``) and ``_9`` (MLP_LAG = ``lag_k`` not set). All
+    three were stopped by the run's time limit; the first survived a rerun with a 15-minute
+    limit. uniform(-0.05, 0.05) rounded to Q.16 is a multiple of 2^-16 of magnitude at most
+    0.05 + 2^-17 (half a step)."""
+    from sw_model.dlrm import DLRMConfig, make_float_device, make_model_device
+    cfg = DLRMConfig(table_rows=(50, 60), alphas=(1.05, 1.1), lag_k=3)
+    for t in make_float_device(cfg, frac_bits=16).tables():
+        v = t.astype(np.float64)
+        assert np.all(np.abs(v) <= 0.05 + 2**-17)
+        assert np.array_equal(v * 65536, np.rint(v * 65536))
+        assert np.abs(v).max() > 0.04                    # the draws span the range
+    dev = make_model_device(cfg, CFG.with_(frac_bits=16))
+    assert dev.mlp_lag == 3
+    for q in dev.tables():
+        assert np.abs(q).max() <= 0.05 * 65536 + 0.5 and np.abs(q).max() > 0.04 * 65536
+
+
+def test_slice_rebases_offsets_and_holds_int64_indices():
+    """Mutant ``sw_model.clicklog.xǁClickDataǁslice__mutmut_19`` (indices kept in their own
+    dtype; ClickData holds int64). Stopped by the run's time limit, it survived a rerun with a
+    15-minute limit. Samples 1..2 of 4 (one index each, sample i looks up row i % 4)."""
+    d = _click_data(4)
+    d.indices = [d.indices[0].astype(np.uint32)]
+    s = d.slice(1, 3)
+    assert s.offsets[0].tolist() == [0, 1, 2] and s.indices[0].tolist() == [1, 2]
+    assert s.indices[0].dtype == np.int64 and s.dense[:, 0].tolist() == [1, 2]
+
+
+def test_staging_layout_snapshot_must_fit_its_slot_less_one_line():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_62`` (capacity one
+    line more than the slot instead of one line less): the slot keeps a 64 B line besides the
+    snapshot bytes, so slot - 64 fits and slot - 63 does not."""
+    from sw_model.embedding_device import StagingLayout, snap_slot_bytes
+    slot = snap_slot_bytes(CFG)
+    StagingLayout(CFG, (10,), (16,), 4, 8, slot - 64)
+    with pytest.raises(ValueError, match="exceeds the slot capacity"):
+        StagingLayout(CFG, (10,), (16,), 4, 8, slot - 63)

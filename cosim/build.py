@@ -292,12 +292,18 @@ def _mutant_verilog(component, name: str) -> str | None:
     if path.is_file():
         return path.read_text()
     text = mutants.mutant_verilog(rtlil_text, name, muts)
+    _write_atomic(path, text)
+    return text
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write a cache file under a unique temporary name, then rename it into place (not just the
+    pid: workers on several hosts may share the cache)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
     with os.fdopen(fd, "w") as f:
         f.write(text)
     os.replace(tmp, path)
-    return text
 
 
 def _hw_source_digest() -> str:
@@ -328,12 +334,7 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
         return path.read_text()
     from hw.top import TrainingCXLDevice
     text = generate_verilog(TrainingCXLDevice(cfg), name=name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # a unique temporary name (not just the pid: workers on several hosts may share the cache)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    _write_atomic(path, text)
     return text
 
 

@@ -629,7 +629,8 @@ class LineValueChecker:
     load (checker calls only; Python 3.11 on the 2-core development machine), for 200,000
     mixed operations over 300 Zipf-hot lines, 45 % writes (40 % partial, 10 % point stores, up
     to 40 cycles long), reads up to 300 cycles long, ``max_age=300``; so a 1,000,000-message
-    stress run spends 3-6 s here. ``test_timing_200k_mixed_operations_run_in_a_few_seconds`` guards it.
+    stress run spends 3-6 s here (printed by ``test_200k_mixed_operations_keep_history_bounded``,
+    which checks that the kept history stays bounded).
     """
 
     def __init__(self, initial=None, *, max_age: int | None = None,

@@ -943,9 +943,11 @@ def test_stress_correct_memory_never_flagged_and_injected_errors_always_caught(s
     assert caught == reads // 97 > 50 and c.stats["violations"] == caught
 
 
-def test_timing_200k_mixed_operations_run_in_a_few_seconds(seed):
-    """Speed budget for 1M-message stress runs: 200,000 mixed checker calls in well under 10 s
-    (about 1 s on the 2-core development machine; prints µs per operation)."""
+def test_200k_mixed_operations_keep_history_bounded(seed):
+    """200,000 mixed checker calls over 300 hot lines: no violation, superseded writes pruned
+    and the kept history bounded (so a 1M-message stress run stays linear). Prints the µs per
+    operation; the speed is measured there, not asserted (about 1 s on the 2-core development
+    machine)."""
     ops = stress_ops(200_000, seed)
     c = LineValueChecker(max_age=300)
     t0 = time.perf_counter()
@@ -955,7 +957,6 @@ def test_timing_200k_mixed_operations_run_in_a_few_seconds(seed):
     print(f"{len(ops)} ops in {dt:.2f} s = {dt / len(ops) * 1e6:.1f} us/op; stats {c.stats}; "
           f"writes kept {kept}")
     assert c.stats["violations"] == 0 and c.stats["pruned"] > c.stats["writes"] // 2
-    assert dt < 10, f"{dt:.1f} s for {len(ops)} operations"
     assert kept < 20 * 300                       # history stays bounded
 
 

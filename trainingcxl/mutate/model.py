@@ -159,9 +159,6 @@ class Target:
 
 #: model tests not run against the mutants, with the reason
 SW_MODEL_LEFT_OUT = {
-    "tests/model/test_model_coherence.py::test_timing_200k_mixed_operations_run_in_a_few_seconds":
-        "a speed bound (10 s); mutmut's trampolines make every model call slower, so it fails "
-        "on the unmutated code",
     "tests/model/test_cluster.py":
         "tests trainingcxl.cluster (Dask); its worker processes import the unmutated package",
 }

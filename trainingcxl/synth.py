@@ -370,8 +370,8 @@ def device_fit(cells: dict, device: dict = DEVICE) -> dict:
 
     - ``LUT4``: every LUT position a cell takes: logic LUT4s, two per carry cell (CCU2C) and six
       per 16 x 4 distributed RAM (TRELLIS_DPR16X4: four RAM LUTs and two write-port LUTs);
-    - ``RAM LUT``: the four RAM LUTs of each TRELLIS_DPR16X4, of which only one slice in four
-      is capable (an eighth of the device's LUT4s);
+    - ``RAM LUT``: the four RAM LUTs of each TRELLIS_DPR16X4, against the RAM-capable LUT
+      positions nextpnr counts (10,455 on the LFE5UM5G-85F, an eighth of its LUT4s);
     - ``DP16KD``, ``MULT18X18D`` as they are.
 
     Measured on the full device (2026-12-02): Yosys 59,834 LUT4 + 6,421 CCU2C + 2,806

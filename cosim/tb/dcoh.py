@@ -39,6 +39,16 @@ CLOCK_NS = 10
 DEV_IDS = 15
 
 
+def dcoh_top_build(cfg):
+    """The Verilator build of the DCOH test top (``hw.testtops.dcoh.DcohTestTop``) for ``cfg``,
+    under its top name: the one build every DCOH launcher, bench and stress task runs on (cached
+    by content like every build). Imported late: the simulator side of this module needs
+    neither."""
+    from cosim import build as cb
+    from hw.testtops.dcoh import TEST_TOP_NAME, DcohTestTop
+    return cb.build(cb.generate_verilog(DcohTestTop(cfg), name=TEST_TOP_NAME), top=TEST_TOP_NAME)
+
+
 class DevOp:
     __slots__ = ("kind", "id", "line", "data", "be", "q", "t_resp", "resp", "err", "handle",
                  "callbacks", "done")

@@ -20,8 +20,8 @@ import time
 
 from cosim import build as cb
 from cosim.tb.config import BenchConfig
+from cosim.tb.dcoh import dcoh_top_build
 from hw.config import DeviceConfig
-from hw.testtops.dcoh import DcohTestTop, TEST_TOP_NAME
 from trainingcxl.bench.dcoh_tb import DcohBenchParams
 
 FULL = dict(latency=[50, 100, 200], n=4000)
@@ -32,7 +32,7 @@ CASES = ("cur", "miss", "hit", "victim", "conflict")
 def run(grid, *, seed=1, out_dir=None, log=print):
     cfg = DeviceConfig()
     t0 = time.time()
-    b = cb.build(cb.generate_verilog(DcohTestTop(cfg), name=TEST_TOP_NAME), top=TEST_TOP_NAME)
+    b = dcoh_top_build(cfg)
     log(f"  build in {time.time() - t0:.0f} s")
     lat_rows, tput_rows = [], []
     for lat in grid["latency"]:

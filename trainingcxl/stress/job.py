@@ -62,10 +62,8 @@ def _device_config(name: str):
 
 
 def _build(config: str):
-    from cosim import build as cb
-    from hw.testtops.dcoh import TEST_TOP_NAME, DcohTestTop
-    return cb.build(cb.generate_verilog(DcohTestTop(_device_config(config)), name=TEST_TOP_NAME),
-                    top=TEST_TOP_NAME)
+    from cosim.tb.dcoh import dcoh_top_build
+    return dcoh_top_build(_device_config(config))
 
 
 def run_block(block: StressBlock, *, progress=None) -> dict:

@@ -23,12 +23,11 @@ from cocotb.triggers import ClockCycles
 from cosim import build as cb, params
 from cosim.cxl_host import HostKnobs
 from cosim.tb.config import BenchConfig
-from cosim.tb.dcoh import DcohTB
+from cosim.tb.dcoh import DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
-from hw.cxl_encodings import (BIRspOpcode as BR, DcohError as E, DRSOpcode as DR,
+from hw.cxl_encodings import (BIRspOpcode as BR, DRSOpcode as DR,
                               MetaField as MF, MetaValue as MV, NDROpcode as ND, ReqOpcode as RQ,
                               RwDOpcode as RW, SnpType as ST)
-from hw.testtops.dcoh import DcohTestTop, TEST_TOP_NAME
 from sw_model.coherence import NXM_DATA
 
 
@@ -483,8 +482,7 @@ CONFIGS = {
 @pytest.fixture(scope="session", params=sorted(CONFIGS))
 def dcoh_build(request):
     cfg = CONFIGS[request.param]
-    return request.param, cfg, cb.build(cb.generate_verilog(DcohTestTop(cfg), name=TEST_TOP_NAME),
-                                        top=TEST_TOP_NAME)
+    return request.param, cfg, dcoh_top_build(cfg)
 
 
 @pytest.mark.cosim

@@ -12,11 +12,10 @@ import pytest
 from cosim import build as cb
 from cosim.cxl_host import HostKnobs
 from cosim.tb.config import BenchConfig
-from cosim.tb.dcoh import DcohTB
+from cosim.tb.dcoh import DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
 from hw.cxl_encodings import (DRSOpcode as DR, MetaField as MF, MetaValue as MV,
                               NDROpcode as ND, ReqOpcode as RQ, RwDOpcode as RW, SnpType as ST)
-from hw.testtops.dcoh import DcohTestTop, TEST_TOP_NAME
 
 ADDR_FIELD = 46          # line-address bits of an M2S Req/RwD header (hw/cxl_encodings.py)
 
@@ -46,6 +45,6 @@ async def addresses_above_the_device_width_are_outside_hdm(dut):
 def test_dcoh_decode_cosim(seed, tmp_path):
     """Addresses above the device's width, one bit at a time, on Req and RwD."""
     cfg = DeviceConfig()
-    b = cb.build(cb.generate_verilog(DcohTestTop(cfg), name=TEST_TOP_NAME), top=TEST_TOP_NAME)
+    b = dcoh_top_build(cfg)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
     assert res.n_ran == 1 and res.n_failed == 0

@@ -16,9 +16,8 @@ import pytest
 from cosim import build as cb
 from cosim.cxl_host import HostKnobs
 from cosim.tb.config import BenchConfig
-from cosim.tb.dcoh import DcohTB
+from cosim.tb.dcoh import DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
-from hw.testtops.dcoh import DcohTestTop, TEST_TOP_NAME
 
 SLACK = 4           # reads in flight either side of the expected count that are accepted
 
@@ -82,6 +81,6 @@ async def reqs_beyond_the_park_slots_wait_and_all_complete(dut):
 def test_dcoh_pressure_cosim(seed, tmp_path):
     """DevLoad under a pile of host reads; more victim-waiting Reqs than park slots."""
     cfg = DeviceConfig()
-    b = cb.build(cb.generate_verilog(DcohTestTop(cfg), name=TEST_TOP_NAME), top=TEST_TOP_NAME)
+    b = dcoh_top_build(cfg)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
     assert res.n_ran == 2 and res.n_failed == 0

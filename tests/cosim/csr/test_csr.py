@@ -382,29 +382,22 @@ async def csr_axi_channels_hold_under_backpressure_and_any_order(dut):
     async def cycle():
         await FallingEdge(d.clk)
 
+    def axil(name):
+        return getattr(d, f"axil__{name}")
+
     async def write(addr, value, w_first, b_stall):
-        if w_first:
-            d.axil__wdata.value, d.axil__wvalid.value = value, 1
+        beats = {"aw": ("awaddr", addr), "w": ("wdata", value)}
+        first, second = ("w", "aw") if w_first else ("aw", "w")
+        axil(beats[first][0]).value, axil(f"{first}valid").value = beats[first][1], 1
+        await cycle()
+        assert int(axil(f"{first}ready").value) == 0    # held: the other channel not yet seen
+        axil(f"{first}valid").value = 0
+        for _ in range(3):
             await cycle()
-            assert int(d.axil__wready.value) == 0       # W held, AW not yet seen
-            d.axil__wvalid.value = 0
-            for _ in range(3):
-                await cycle()
-                assert int(d.axil__bvalid.value) == 0   # no write without AW
-            d.axil__awaddr.value, d.axil__awvalid.value = addr, 1
-            await cycle()
-            d.axil__awvalid.value = 0
-        else:
-            d.axil__awaddr.value, d.axil__awvalid.value = addr, 1
-            await cycle()
-            assert int(d.axil__awready.value) == 0
-            d.axil__awvalid.value = 0
-            for _ in range(3):
-                await cycle()
-                assert int(d.axil__bvalid.value) == 0   # no write without W
-            d.axil__wdata.value, d.axil__wvalid.value = value, 1
-            await cycle()
-            d.axil__wvalid.value = 0
+            assert int(d.axil__bvalid.value) == 0       # no write with one channel only
+        axil(beats[second][0]).value, axil(f"{second}valid").value = beats[second][1], 1
+        await cycle()
+        axil(f"{second}valid").value = 0
         while not int(d.axil__bvalid.value):
             await cycle()
         for _ in range(b_stall):

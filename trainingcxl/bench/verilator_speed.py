@@ -41,7 +41,7 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-__all__ = ["OPTION_SETS", "main", "measure", "harness_cpp"]
+__all__ = ["OPTION_SETS", "main", "measure_interleaved", "harness_cpp"]
 
 TOP = "trainingcxl_device"
 OPTION_SETS = {
@@ -257,11 +257,6 @@ def _summary(rates: list) -> dict:
     return {"best": rates[-1], "median": rates[len(rates) // 2], "runs": rates}
 
 
-def measure(exe: Path, cycles: int, repeats: int = 3) -> dict:
-    """Best and median cycles/s of ``repeats`` runs of ``cycles`` clock cycles."""
-    return _summary([_run_once(exe, cycles) for _ in range(repeats)])
-
-
 def measure_interleaved(exes: list, cycles: int, repeats: int = 3) -> list:
     """``repeats`` rounds, each running every build in ``exes`` once in turn (so machine load
     falls on all of them alike); per build the best and median cycles/s and the runs in round
@@ -291,9 +286,7 @@ def measure_replay(exe: Path, stim: Path, cycles: int, repeats: int = 3) -> dict
                              capture_output=True, text=True).stdout
         x = json.loads(out.strip().splitlines()[-1])
         rates.append(x["cycles"] / x["seconds"])
-    rates.sort()
-    return {"best": rates[-1], "median": rates[len(rates) // 2], "runs": rates,
-            "outputs_checked_cycles": chk["cycles"]}
+    return dict(_summary(rates), outputs_checked_cycles=chk["cycles"])
 
 
 def _config_name(cfg_json: dict) -> str | None:

@@ -2,7 +2,8 @@
 
 Usage (inside a test running under cocotb)::
 
-    pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100, write_latency=100)
+    pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100, write_latency=100,
+                     read_bandwidth=None, write_bandwidth=None)
 
 Layering (cocotbext-axi's): channel engines (subclasses of ``AxiARSink``, ``AxiRSource``, ...)
 move beats, apply pause generators and follow reset; this module is the protocol model on top;
@@ -30,6 +31,13 @@ when rising edge *e* sampled them):
   handshake (edge *d*); the B response is driven at edge ``d + write_latency`` and, with
   BREADY high, handshakes at ``d + write_latency + 1`` (same +1 offset). B responses go out
   in AW order.
+* Bandwidth (``read_bandwidth``/``write_bandwidth``, bytes per cycle, None = unlimited, the
+  default): a service-time queue per direction (:mod:`cosim.media`). Each R beat is served
+  after the beats before it, ``(1 << ARSIZE) / read_bandwidth`` cycles each, and driven at
+  ``ceil(service start) + read_latency`` instead of ``a + read_latency``; the B of a write is
+  driven at ``ceil(service start of its last beat) + write_latency`` (its beats, ``1 << AWSIZE``
+  bytes each, arrive at edge *d*). Unlimited: the figures above exactly. A write waiting for
+  bandwidth is applied and unacknowledged: in flight (below).
 * Stalls (``stall={"ar": p, ...}``) pause a channel engine with probability *p* each cycle
   (sinks drop ready, sources hold off valid before a new beat), seeded from ``seed``; they only
   ever add delay to the figures above. Both latencies must be >= 1.
@@ -73,6 +81,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+from fractions import Fraction
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -84,6 +93,7 @@ from cocotbext.axi import AxiBus
 from cocotbext.axi.axi_channels import AxiARSink, AxiAWSink, AxiBSource, AxiRSource, AxiWSink
 from cocotbext.axi.reset import Reset
 
+from cosim.media import BandwidthServer
 from sw_model.memory import LINE, MemoryImage, lines_of
 
 __all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord", "AxiResp",
@@ -434,10 +444,13 @@ class PmemModel(ClockCount, Reset):
     """
 
     def __init__(self, dut, *, prefix="m_axi_", clock, reset, read_latency=100,
-                 write_latency=100, seed=0, stall=None, mem=None, log_writes=True):
+                 write_latency=100, seed=0, stall=None, mem=None, log_writes=True,
+                 read_bandwidth=None, write_bandwidth=None):
         for name, lat in (("read_latency", read_latency), ("write_latency", write_latency)):
             if not isinstance(lat, int) or lat < 1:
                 raise ValueError(f"{name} must be an int >= 1 cycle, got {lat!r}")
+        self._r_server = BandwidthServer(read_bandwidth)
+        self._w_server = BandwidthServer(write_bandwidth)
         stall = dict(stall or {})
         for ch, p in stall.items():
             if ch not in CHANNELS:
@@ -457,6 +470,7 @@ class PmemModel(ClockCount, Reset):
         self.faults: list[InjectedFault] = []
         self._period = None
         self._t0 = None
+        self._t_first = None      # time of the first rising edge (bandwidth edge numbers)
 
         bus = AxiBus.from_prefix(dut, prefix)
         self.width = len(bus.read.r.rdata)
@@ -502,6 +516,8 @@ class PmemModel(ClockCount, Reset):
         self._w_beats = []          # beats of the W burst in progress: (wdata, wstrb)
         self._w_bursts = 0          # complete W bursts seen
         self.unacked: deque[PendingWrite] = deque()  # applied to mem, B not yet handshaken
+        self._r_server.clear()      # (constructed before the first call)
+        self._w_server.clear()
 
     def _handle_reset(self, state):
         # The channel engines stop and restart themselves; the protocol state goes with them.
@@ -509,6 +525,24 @@ class PmemModel(ClockCount, Reset):
             self.r.clear()
             self.b.clear()
             self._reset_state_vars()
+
+    @property
+    def read_bandwidth(self):
+        """Bytes per cycle of the read media (a Fraction), None when unlimited."""
+        s = self._r_server
+        return Fraction(s.num, s.den) if s.num else None
+
+    @property
+    def write_bandwidth(self):
+        s = self._w_server
+        return Fraction(s.num, s.den) if s.num else None
+
+    def _edge_of(self, t: int) -> int:
+        """Rising edges since the first one at a handshake time ``t``. The earliest handshake
+        is on the second edge, which may run before ``_measure_clock`` has set the period:
+        then ``t`` is that second edge and the period is ``t - _t_first``."""
+        period = self._period or (t - self._t_first)
+        return (t - self._t_first) // period
 
     @property
     def writes_in_flight(self) -> int:
@@ -617,7 +651,7 @@ class PmemModel(ClockCount, Reset):
     async def _measure_clock(self):
         edge = RisingEdge(self.clock)
         await edge
-        t0 = _now()
+        t0 = self._t_first = _now()
         await edge
         self._t0, self._period = t0, _now() - t0
         self.r.period = self.b.period = self._period
@@ -656,6 +690,11 @@ class PmemModel(ClockCount, Reset):
         else:
             user = ((0,),) * length
         last = length - 1
+        if self._r_server.num:      # bandwidth limit: each beat's delay from its service start
+            e, serve = self._edge_of(t), self._r_server.serve
+            delays = [serve(e, num_bytes) - e + lat for _ in range(length)]
+        else:
+            delays = None
         if self.fault_rules:
             lo = addr - addr % lanes
             hi = (aligned + num_bytes * length + lanes - 1) // lanes * lanes
@@ -666,13 +705,13 @@ class PmemModel(ClockCount, Reset):
                 words = [int.from_bytes(data[a - lo:a - lo + lanes], "little")
                          for a in beat_addrs]
                 for n, word in enumerate(words):
-                    push(t, lat, (arid, word, int(n == last), resp, *(user[n] if user else ())),
-                         None)
+                    push(t, delays[n] if delays else lat,
+                         (arid, word, int(n == last), resp, *(user[n] if user else ())), None)
                 return
         if num_bytes == lanes:
             data = self.mem.read(base, lanes * length)
             if length == 1:
-                push(t, lat, (arid, int.from_bytes(data, "little"), 1, 0,
+                push(t, delays[0] if delays else lat, (arid, int.from_bytes(data, "little"), 1, 0,
                               *(user[0] if user else ())), None)
                 return
             words = [int.from_bytes(data[i:i + lanes], "little")
@@ -680,7 +719,8 @@ class PmemModel(ClockCount, Reset):
         else:  # narrow: the whole bus word around each beat's address
             words = [int.from_bytes(self.mem.read(a, lanes), "little") for a in beat_addrs]
         for n, word in enumerate(words):
-            push(t, lat, (arid, word, int(n == last), 0, *(user[n] if user else ())), None)
+            push(t, delays[n] if delays else lat,
+                 (arid, word, int(n == last), 0, *(user[n] if user else ())), None)
 
     def _on_r(self, _):
         t = _now()
@@ -743,7 +783,13 @@ class PmemModel(ClockCount, Reset):
             if self.log_writes:
                 self.write_log.append(rec)
             self.unacked.append(pw)
-            self.b.push(t_done, self.write_latency, (awid, resp), pw)
+            delay = self.write_latency
+            if self._w_server.num:   # bandwidth limit: from the service start of its last beat
+                e, serve = self._edge_of(t_done), self._w_server.serve
+                for _ in range(length):
+                    start = serve(e, 1 << size)
+                delay += start - e
+            self.b.push(t_done, delay, (awid, resp), pw)
 
     def _segments(self, addr, size, beats):
         """Contiguous ``(addr, bytes)`` runs written by a burst (byte lanes per AXI A3.4)."""

@@ -15,6 +15,9 @@ Python at each AR handshake and each write's data completion (a ctypes callback)
 without rules never calls Python. Not implemented: channel stalls (``stall=``, raises
 :class:`NotImplementedError`; the Python model stays the one for them).
 
+Bandwidth (``read_bandwidth``/``write_bandwidth``): the same service-time queues
+(:class:`cosim.media.BandwidthServer`, ``struct Server`` in C++), cycle-identical.
+
 Cycle numbers are the Python model's: rising edges since the model's first edge (the C++ side
 counts edges from time 0; the offset is taken on that first edge).
 """
@@ -23,10 +26,12 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections import deque
+from fractions import Fraction
 
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
+from cosim.media import BandwidthServer
 from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
 from sw_model.memory import LINE, MemoryImage
 
@@ -54,6 +59,7 @@ def _lib():
             "tcxl_pmem_attach": (None, [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
                                         ctypes.c_int]),
             "tcxl_pmem_edges": (u64, []),
+            "tcxl_pmem_set_bandwidth": (None, [u64, u64, u64, u64]),
             "tcxl_pmem_error": (ctypes.c_char_p, []),
             "tcxl_pmem_mem_read": (None, [u64, p, u64]),
             "tcxl_pmem_mem_write": (None, [u64, ctypes.c_char_p, u64]),
@@ -238,7 +244,8 @@ class CppPmemModel(ClockCount):
     _segments = PmemModel._segments
 
     def __init__(self, dut, *, prefix="m_axi_", clock, reset=None, read_latency=100,
-                 write_latency=100, seed=0, stall=None, mem=None, log_writes=True):
+                 write_latency=100, seed=0, stall=None, mem=None, log_writes=True,
+                 read_bandwidth=None, write_bandwidth=None):
         for name, lat in (("read_latency", read_latency), ("write_latency", write_latency)):
             if not isinstance(lat, int) or lat < 1:
                 raise ValueError(f"{name} must be an int >= 1 cycle, got {lat!r}")
@@ -269,6 +276,10 @@ class CppPmemModel(ClockCount):
         lib.tcxl_pmem_mem_clear()
         if mem is not None:
             self._mem.load(mem)
+        rs, ws = BandwidthServer(read_bandwidth), BandwidthServer(write_bandwidth)
+        lib.tcxl_pmem_set_bandwidth(rs.num, rs.den, ws.num, ws.den)
+        self.read_bandwidth = Fraction(rs.num, rs.den) if rs.num else None
+        self.write_bandwidth = Fraction(ws.num, ws.den) if ws.num else None
         lib.tcxl_pmem_attach(self.byte_lanes, read_latency, write_latency, int(log_writes))
         self.r = _Channel(self, "busy_r")
         self.b = _Channel(self, "busy_b")

@@ -10,7 +10,10 @@
 // stalls and media faults (both stay with the Python model): AR/AW/W ready from the first edge
 // after reset (or attach) on; the first R beat of a burst handshaken at edge a is driven at
 // edge a + read_latency, B of a write whose data completed at edge d at d + write_latency, one
-// beat per cycle, in order. Within one edge the model takes R and B handshakes, then AR
+// beat per cycle, in order. Bandwidth (cosim/media.py): a service-time queue per direction
+// (`Server`, cosim.media.BandwidthServer line for line): R beats are driven at
+// ceil(service start) + read_latency, a burst's B at ceil(service start of its last beat) +
+// write_latency; unlimited (num 0) leaves the edges above. Within one edge the model takes R and B handshakes, then AR
 // (reads see the memory before any write completing at the same edge), then AW, then W.
 //
 // Poison (cosim/pmem.py's docstring): one bit per line in `poisoned` (apart from the line store,
@@ -66,11 +69,25 @@ struct AwWait { uint32_t id; uint64_t addr; uint32_t len, size; uint64_t edge; b
 struct WBeat { Bytes data; uint64_t strb; };
 struct WBurst { std::vector<WBeat> beats; uint64_t edge; };
 
+// cosim.media.BandwidthServer: time in ticks of 1/num cycle, a unit of b bytes takes b * den
+// ticks; num 0 = unlimited
+struct Server {
+    uint64_t num = 0, den = 0, free = 0;
+    void clear() { free = 0; }
+    uint64_t serve(uint64_t e, uint64_t nbytes) {     // the edge its service starts on
+        if (!num) return e;
+        uint64_t start = std::max(free, e * num);
+        free = start + nbytes * den;
+        return (start + num - 1) / num;
+    }
+};
+
 struct Model {
     bool attached = false;
     FaultFn fault = nullptr;
     bool log_writes = false;
     uint32_t lanes = 64, read_lat = 100, write_lat = 100;
+    Server r_server, w_server;
     uint64_t edge = 0;                 // rising clock edges seen since time 0
     // The line store. `seq` orders lines by creation, as the Python MemoryImage's dict does:
     // the power-failure model draws staging garbage in that order.
@@ -102,6 +119,7 @@ struct Model {
         ar_count = aw_count = r_beats = w_beats = b_count = acked = 0;
         first_r = last_r = -1;
         aw_waiting.clear(); w_waiting.clear(); w_cur.clear(); w_bursts = 0; unacked.clear();
+        r_server.clear(); w_server.clear();
     }
     void reset() {          // reset asserted: engines stop, queues and protocol state go
         r.clear(); b.clear();
@@ -183,7 +201,9 @@ struct Model {
         ++ar_count;
         uint64_t num_bytes, aligned;
         if (!check_burst("AR", addr, length, size, burst, num_bytes, aligned)) return;
-        uint64_t due = edge + read_lat;
+        // each beat's edge: ceil(its service start) + read_lat (edge + read_lat unlimited)
+        std::vector<uint64_t> due(length);
+        for (uint32_t n = 0; n < length; ++n) due[n] = r_server.serve(edge, num_bytes) + read_lat;
         // bus word address of beat n
         auto beat_addr = [&](uint32_t n) {
             uint64_t a = (num_bytes == lanes) ? addr - addr % lanes + n * lanes
@@ -201,7 +221,7 @@ struct Model {
                     uint64_t off = num_bytes == lanes
                         ? n * lanes
                         : ((n == 0 ? addr : aligned + n * num_bytes) - lo) / lanes * lanes;
-                    RItem it{due, id, Bytes(data.begin() + off, data.begin() + off + lanes),
+                    RItem it{due[n], id, Bytes(data.begin() + off, data.begin() + off + lanes),
                              n == length - 1, uint32_t(resp), is_poisoned(beat_addr(n))};
                     r.push_back(std::move(it));
                 }
@@ -210,7 +230,7 @@ struct Model {
         }
         for (uint32_t n = 0; n < length; ++n) {
             uint64_t a = beat_addr(n);
-            RItem it{due, id, Bytes(lanes), n == length - 1, 0, is_poisoned(a)};
+            RItem it{due[n], id, Bytes(lanes), n == length - 1, 0, is_poisoned(a)};
             read(a, it.data.data(), lanes);
             r.push_back(std::move(it));
         }
@@ -346,7 +366,9 @@ struct Model {
             if (log_writes) log.push_back({aw.id, aw.addr, nbytes, aw.edge, done, -1});
             pw.log_index = log_writes ? int64_t(log_dropped + log.size() - 1) : -1;
             unacked.push_back(std::move(pw));
-            b.push_back({done + write_lat, aw.id, resp});
+            uint64_t start = done;   // service start of the burst's last beat
+            for (uint32_t n = 0; n < aw.len; ++n) start = w_server.serve(done, 1ull << aw.size);
+            b.push_back({start + write_lat, aw.id, resp});
         }
     }
 };
@@ -459,6 +481,12 @@ void tcxl_pmem_attach(unsigned lanes, unsigned read_lat, unsigned write_lat, int
     M.lanes = lanes; M.read_lat = read_lat; M.write_lat = write_lat;
     M.log_writes = log_writes != 0;
     M.attached = true;
+}
+// bandwidth per direction in bytes per cycle, num/den (num 0: unlimited); empties the servers
+void tcxl_pmem_set_bandwidth(unsigned long long rnum, unsigned long long rden,
+                             unsigned long long wnum, unsigned long long wden) {
+    M.r_server = Server{rnum, rden, 0};
+    M.w_server = Server{wnum, wden, 0};
 }
 unsigned long long tcxl_pmem_edges() { return M.edge; }
 const char *tcxl_pmem_error() { return M.error.c_str(); }

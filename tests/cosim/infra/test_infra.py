@@ -16,10 +16,12 @@ One Verilator build per data width (session fixture); all cocotb benches of
 """
 import functools
 import logging
+import math
 import random
 import shutil
 import time
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 import cocotb
@@ -67,14 +69,15 @@ class TB:
     order, WSTRB and timing)."""
 
     def __init__(self, dut, *, master="axi", read_latency=20, write_latency=20, stall="none",
-                 seed=0):
+                 seed=0, read_bandwidth=None, write_bandwidth=None):
         self.dut = dut
         # cocotbext-axi logs every burst at INFO; that costs more than the simulation.
         logging.getLogger(f"cocotb.{dut._name}").setLevel(logging.WARNING)
         dut.rst.value = 1
         Clock(dut.clk, CLK_NS, unit="ns").start()
         self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=read_latency,
-                              write_latency=write_latency, seed=seed, stall=STALLS[stall])
+                              write_latency=write_latency, seed=seed, stall=STALLS[stall],
+                              read_bandwidth=read_bandwidth, write_bandwidth=write_bandwidth)
         self.lanes = self.pmem.byte_lanes
         self.max_size = self.pmem.max_size
         if master == "axi":
@@ -287,6 +290,97 @@ async def test_latency_exact(dut, latency):
     assert [r.b_cycle - r.data_cycle for r in log] == [wlat + 1] * 3, "model's log disagrees"
 
 
+def _expected_handshakes(arrivals, bw, lat):
+    """Reference for the bandwidth rule (cosim/media.py), written apart from the models'
+    BandwidthServer, in exact fractions: ``arrivals`` is, per response (an R beat, or a write
+    burst), ``(edge its units arrive, [bytes of each unit])``; the media serves units in order,
+    each for ``bytes / bw`` cycles (``bw`` None: no time); the response is due at
+    ``ceil(service start of its last unit) + lat``, driven at the later of that and the edge
+    the previous response was taken, and taken on the next edge (ready always high)."""
+    free, last_taken, out = Fraction(0), -1, []
+    for edge, units in arrivals:
+        for b in units:
+            start = max(free, Fraction(edge))
+            free = start + (0 if bw is None else Fraction(b) / bw)
+        driven = max(math.ceil(start) + lat, last_taken)
+        last_taken = driven + 1
+        out.append(last_taken)
+    return out
+
+
+BW_CASES = {   # (read bandwidth, write bandwidth) in bus widths per cycle (lanes bytes), None
+    "read": (Fraction(5, 13), None),            # unlimited
+    "write": (None, Fraction(2, 7)),
+    "both": (Fraction(5, 13), Fraction(2, 7)),
+    "fast": (Fraction(9, 7), Fraction(3, 2)),   # above the bus: the R channel limits reads
+}
+
+
+@cocotb.test()
+@cocotb.parametrize(case=list(BW_CASES))
+async def test_bandwidth_exact(dut, case):
+    """Under a bandwidth limit the model delivers the configured bytes per cycle, cycle-exact:
+    reads and writes run concurrently, each direction's handshake edges equal the reference
+    (``_expected_handshakes``, with the other direction's limit not in it: the directions are
+    independent); a backlogged direction's span from first to last response is
+    ``ceil(bytes after the first unit / bandwidth)`` cycles; an unlimited direction keeps the
+    latency + 1 of test_latency_exact."""
+    rng = random.Random(cocotb.RANDOM_SEED)
+    seed = rng.randrange(1 << 30)
+    dut._log.info("test_bandwidth_exact[%s]: seed=%d", case, seed)
+    rng = random.Random(seed)
+    rlat, wlat = 7, 11
+    lanes = len(dut.m_axi__rdata) // 8
+    rbw, wbw = ((None if f is None else f * lanes) for f in BW_CASES[case])
+    tb = TB(dut, master="raw", read_latency=rlat, write_latency=wlat, read_bandwidth=rbw,
+            write_bandwidth=wbw)
+    assert (tb.pmem.read_bandwidth, tb.pmem.write_bandwidth) == (rbw, wbw)
+    size = tb.max_size
+    await tb.reset()
+    probe = HandshakeProbe(dut)
+    full = (1 << lanes) - 1
+    # reads: bursts of 1..8 full beats, back to back; writes: 1..4 beats, the first single
+    rlens = [rng.randrange(1, 9) for _ in range(24)]
+    wlens = [1] + [rng.randrange(1, 5) for _ in range(23)]
+    for k, n in enumerate(rlens):
+        tb.ar.send_nowait(AxiARTransaction(arid=k % 16, araddr=BASE + 0x1000 * (k % 8),
+                                           arlen=n - 1, arsize=size, arburst=1))
+    for k, n in enumerate(wlens):
+        tb.aw.send_nowait(AxiAWTransaction(awid=k % 16, awaddr=BASE + 0x800 * (k % 8),
+                                           awlen=n - 1, awsize=size, awburst=1))
+        for i in range(n):
+            tb.w.send_nowait(AxiWTransaction(wdata=rng.getrandbits(8 * lanes), wstrb=full,
+                                             wlast=int(i == n - 1)))
+    for _ in range(sum(rlens)):
+        await tb.r.recv()
+    for _ in wlens:
+        await tb.b.recv()
+    e = probe.edges
+    got_r, got_b = e["r"], e["b"]
+    arrivals_r = [(a, [lanes]) for a, n in zip(e["ar"], rlens) for _ in range(n)]
+    data = [max(a, w) for a, w in zip(e["aw"], e["wlast"])]
+    arrivals_w = [(d, [lanes] * n) for d, n in zip(data, wlens)]
+    want_r = _expected_handshakes(arrivals_r, rbw, rlat)
+    want_b = _expected_handshakes(arrivals_w, wbw, wlat)
+    assert got_r == want_r, f"seed {seed}: R edges {got_r[:12]}.. expected {want_r[:12]}.."
+    assert got_b == want_b, f"seed {seed}: B edges {got_b[:12]}.. expected {want_b[:12]}.."
+    # the same as throughput: a backlogged direction moves exactly bw bytes per cycle
+    span_r, nbytes_r = got_r[-1] - got_r[0], (len(got_r) - 1) * lanes
+    assert got_r[0] - e["ar"][0] == rlat + 1, "an access to an idle media: the latency"
+    if rbw is not None and rbw < lanes:
+        assert span_r == math.ceil(nbytes_r / rbw), (seed, span_r, nbytes_r, rbw)
+    else:                            # unlimited or above the bus: one beat per cycle
+        assert span_r == len(got_r) - 1, (seed, span_r)
+    span_b = got_b[-1] - got_b[0]
+    if wbw is not None and wbw < lanes:
+        assert span_b == math.ceil((sum(wlens) - 1) * lanes / wbw), (seed, span_b, wbw)
+    elif wbw is None:
+        assert [b - d for b, d in zip(got_b, data)] == [wlat + 1] * len(data), seed
+    dut._log.warning("bandwidth[%s]: R %d beats in %d cycles (%s B/cycle configured), "
+                     "B %d bursts in %d cycles (%s)", case, len(got_r), span_r + 1, rbw,
+                     len(got_b), got_b[-1] - got_b[0] + 1, wbw)
+
+
 @cocotb.test()
 async def test_read_throughput(dut):
     """Back-to-back reads stream one R beat per cycle (utilisation 1.0 without stalls), with
@@ -462,8 +556,8 @@ async def test_deliberate_warning(dut):
 # ---- pytest launcher ----------------------------------------------------------------------------
 pytestmark = pytest.mark.cosim
 
-# 15 tests in tests.cosim.infra.test_infra, test_deliberate_failure skipped unless asked for.
-INFRA_TESTS, INFRA_SKIPPED = 15, 2   # two guard tests skip unless asked to fail
+# 19 tests in tests.cosim.infra.test_infra, test_deliberate_failure skipped unless asked for.
+INFRA_TESTS, INFRA_SKIPPED = 19, 2   # two guard tests skip unless asked to fail
 
 
 @functools.cache

@@ -31,7 +31,7 @@ on a power failure's restart.
 not acknowledged" of docs/crash.md's table (each 8-byte word survives with probability 1/2).
 A bandwidth limit only makes such writes more numerous and longer lived.
 
-**Presets** (:data:`PRESETS`, docs/architecture.md "Media timing"): latencies in ns and
+**Presets** (:data:`PRESETS`, docs/benchmarks.md "Media timing"): latencies in ns and
 bandwidths in GB/s with their sources, converted to cycles and bytes per cycle at a device clock
 (``clock_mhz``, default 1000 MHz: docs/system.md's ``asic`` clock, where a 64-byte-per-cycle
 datapath matches a CXL 2.0 x16 link).

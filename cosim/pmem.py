@@ -509,6 +509,8 @@ class PmemModel(ClockCount, Reset):
     def _reset_state_vars(self):
         self.ar_count = self.aw_count = self.r_beats = self.w_beats = self.b_count = 0
         self.acked_writes = 0
+        # cycles responses waited for bandwidth: R beats, write bursts (service start - arrival)
+        self.r_queue_cycles = self.w_queue_cycles = 0
         self._first_r_t = self._last_r_t = None
         # AW handshaken, data not complete: (awid, addr, len, size, t, awuser)
         self._aw_waiting = deque()
@@ -572,7 +574,8 @@ class PmemModel(ClockCount, Reset):
     def stats(self) -> dict:
         return {k: getattr(self, k) for k in (
             "ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
-            "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles")}
+            "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles",
+            "r_queue_cycles", "w_queue_cycles")}
 
     # ------------------------------------------------------------------ media faults
 
@@ -693,6 +696,7 @@ class PmemModel(ClockCount, Reset):
         if self._r_server.num:      # bandwidth limit: each beat's delay from its service start
             e, serve = self._edge_of(t), self._r_server.serve
             delays = [serve(e, num_bytes) - e + lat for _ in range(length)]
+            self.r_queue_cycles += sum(delays) - lat * length
         else:
             delays = None
         if self.fault_rules:
@@ -789,6 +793,7 @@ class PmemModel(ClockCount, Reset):
                 for _ in range(length):
                     start = serve(e, 1 << size)
                 delay += start - e
+                self.w_queue_cycles += start - e
             self.b.push(t_done, delay, (awid, resp), pw)
 
     def _segments(self, addr, size, beats):

@@ -322,7 +322,8 @@ class CppPmemModel(ClockCount):
 
     # ------------------------------------------------------------------ counters
     _STATS = ("ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
-              "w_bursts", "w_beats_open", "first_r", "last_r", "busy_r", "busy_b")
+              "w_bursts", "w_beats_open", "first_r", "last_r", "busy_r", "busy_b",
+              "r_queue_cycles", "w_queue_cycles")
 
     def _stats(self) -> dict:
         out = (ctypes.c_longlong * len(self._STATS))()
@@ -330,7 +331,8 @@ class CppPmemModel(ClockCount):
         return dict(zip(self._STATS, out))
 
     def __getattr__(self, name):
-        if name in ("ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes"):
+        if name in ("ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
+                    "r_queue_cycles", "w_queue_cycles"):
             return self._stats()[name]
         raise AttributeError(name)
 
@@ -364,7 +366,8 @@ class CppPmemModel(ClockCount):
     def stats(self) -> dict:
         return {k: getattr(self, k) for k in (
             "ar_count", "aw_count", "r_beats", "w_beats", "b_count", "acked_writes",
-            "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles")}
+            "writes_in_flight", "first_r_cycle", "last_r_cycle", "busy_r_cycles",
+            "r_queue_cycles", "w_queue_cycles")}
 
     # ------------------------------------------------------------------ write state
     def _state(self):

@@ -104,6 +104,7 @@ struct Model {
     BItem b_out{0, 0, 0};
     // protocol state (PmemModel._reset_state_vars)
     uint64_t ar_count = 0, aw_count = 0, r_beats = 0, w_beats = 0, b_count = 0, acked = 0;
+    uint64_t r_queue = 0, w_queue = 0;     // cycles waited for bandwidth (PmemModel's)
     int64_t first_r = -1, last_r = -1;
     std::deque<AwWait> aw_waiting;
     std::deque<WBurst> w_waiting;
@@ -117,6 +118,7 @@ struct Model {
 
     void reset_state() {
         ar_count = aw_count = r_beats = w_beats = b_count = acked = 0;
+        r_queue = w_queue = 0;
         first_r = last_r = -1;
         aw_waiting.clear(); w_waiting.clear(); w_cur.clear(); w_bursts = 0; unacked.clear();
         r_server.clear(); w_server.clear();
@@ -203,7 +205,10 @@ struct Model {
         if (!check_burst("AR", addr, length, size, burst, num_bytes, aligned)) return;
         // each beat's edge: ceil(its service start) + read_lat (edge + read_lat unlimited)
         std::vector<uint64_t> due(length);
-        for (uint32_t n = 0; n < length; ++n) due[n] = r_server.serve(edge, num_bytes) + read_lat;
+        for (uint32_t n = 0; n < length; ++n) {
+            due[n] = r_server.serve(edge, num_bytes) + read_lat;
+            r_queue += due[n] - read_lat - edge;
+        }
         // bus word address of beat n
         auto beat_addr = [&](uint32_t n) {
             uint64_t a = (num_bytes == lanes) ? addr - addr % lanes + n * lanes
@@ -368,6 +373,7 @@ struct Model {
             unacked.push_back(std::move(pw));
             uint64_t start = done;   // service start of the burst's last beat
             for (uint32_t n = 0; n < aw.len; ++n) start = w_server.serve(done, 1ull << aw.size);
+            w_queue += start - done;
             b.push_back({start + write_lat, aw.id, resp});
         }
     }
@@ -538,13 +544,14 @@ void tcxl_pmem_mem_dump(unsigned long long *out_addrs, uint8_t *out_data) {
 }
 
 // counters: ar, aw, r beats, w beats, b, acked, w bursts, w beats in progress, first_r edge,
-// last_r edge (-1: none), busy R edges, busy B edges
+// last_r edge (-1: none), busy R edges, busy B edges, R and W queueing cycles (bandwidth)
 void tcxl_pmem_stats(long long *out) {
     const Model &m = M;
     long long v[] = {(long long)m.ar_count, (long long)m.aw_count, (long long)m.r_beats,
                      (long long)m.w_beats, (long long)m.b_count, (long long)m.acked,
                      (long long)m.w_bursts, (long long)m.w_cur.size(), m.first_r, m.last_r,
-                     (long long)m.r_busy, (long long)m.b_busy};
+                     (long long)m.r_busy, (long long)m.b_busy, (long long)m.r_queue,
+                     (long long)m.w_queue};
     std::memcpy(out, v, sizeof v);
 }
 

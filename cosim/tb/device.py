@@ -54,9 +54,11 @@ class DeviceTB:
 
     ``latency``: PMEM read/write latency (cycles); ``stall``: probability of a pause per cycle
     on every media AXI channel; ``via_host``: descriptors/completions through the CXL.mem host
-    (else backdoor)."""
+    (else backdoor); ``read_bandwidth``/``write_bandwidth``: the PMEM's media bandwidth in bytes
+    per cycle (None: unlimited; cosim/media.py)."""
 
-    def __init__(self, dut, *, latency=16, stall=0.0, via_host=True, name=""):
+    def __init__(self, dut, *, latency=16, stall=0.0, via_host=True, name="",
+                 read_bandwidth=None, write_bandwidth=None):
         self.dut = dut
         self.bench = bench_config()
         self.cfg = cfg = self.bench.device
@@ -70,7 +72,8 @@ class DeviceTB:
         stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
         self.pmem = pmem_model(self.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
                                read_latency=latency, write_latency=latency, seed=self.seed,
-                               stall=stalls, mem=MemoryImage(1 << ab), log_writes=False)
+                               stall=stalls, mem=MemoryImage(1 << ab), log_writes=False,
+                               read_bandwidth=read_bandwidth, write_bandwidth=write_bandwidth)
         self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed)
         # BenchConfig.trace: record the boundary trace and the host action log (docs/traces.md)
         self.trace = None

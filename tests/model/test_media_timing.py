@@ -113,3 +113,23 @@ def test_overrides_and_checks():
         MediaTiming(0, 1)
     with pytest.raises(ValueError, match="bandwidth"):
         MediaTiming(1, 1, read_bandwidth="0")
+
+
+def test_train_command_media_options():
+    """`trainingcxl train --media ...`: the preset reaches the run parameters, explicit options
+    override it, bad values are option errors (exit 2), the default is the old timing."""
+    from trainingcxl.train.job import _args
+    assert _args([]).media_timing == MediaTiming(40, 40, preset="ideal", clock_mhz=1000.0)
+    assert _args(["--latency", "12"]).media_timing.read_latency == 12
+    o = _args(["--media", "optane"]).media_timing
+    assert (o.read_latency, o.write_latency, o.read_bandwidth, o.write_bandwidth) == \
+        (305, 90, "197/5", "139/10")
+    o = _args(["--media", "optane", "--media-clock-mhz", "100", "--write-bw", "2/3",
+               "--read-latency", "5"]).media_timing
+    assert (o.read_latency, o.write_latency, o.read_bandwidth, o.write_bandwidth) == \
+        (5, 9, "394", "2/3")
+    for bad in (["--read-bw", "0"], ["--media", "hdd"], ["--media-clock-mhz", "-1"],
+                ["--write-latency", "0"]):
+        with pytest.raises(SystemExit) as e:
+            _args(bad)
+        assert e.value.code == 2, bad

@@ -46,7 +46,20 @@ def _args(argv):
     ap.add_argument("--batches", type=int, default=200, help="training batches (default 200)")
     ap.add_argument("--crashes", type=int, default=3, help="power failures (default 3)")
     ap.add_argument("--seed", type=int, default=1, help="crash schedule, PMEM and host seed")
-    ap.add_argument("--latency", type=int, default=40, help="PMEM latency in cycles (40)")
+    ap.add_argument("--latency", type=int, default=40,
+                    help="PMEM read and write latency in cycles of the 'ideal' media (40)")
+    from cosim.media import DEFAULT_CLOCK_MHZ, PRESETS
+    ap.add_argument("--media", choices=tuple(PRESETS), default="ideal",
+                    help="PMEM media timing (docs/benchmarks.md 'Media timing'): 'ideal' = "
+                         "--latency, unlimited bandwidth (default); 'dram', 'optane': published "
+                         "latency and bandwidth per direction, converted at --media-clock-mhz")
+    ap.add_argument("--media-clock-mhz", type=float, default=DEFAULT_CLOCK_MHZ,
+                    help=f"device clock the media preset is converted at ({DEFAULT_CLOCK_MHZ})")
+    for d_ in ("read", "write"):
+        ap.add_argument(f"--{d_}-latency", type=int, default=None, metavar="CYCLES",
+                        help=f"override the preset's {d_} latency")
+        ap.add_argument(f"--{d_}-bw", default=None, metavar="BYTES_PER_CYCLE",
+                        help=f"override the preset's {d_} bandwidth (e.g. 13.9, 197/5, none)")
     ap.add_argument("--mlp-cycles", type=int, default=1000,
                     help="host MLP time per batch, cycles between LOOKUP and UPDATE (1000)")
     ap.add_argument("--lag", type=int, default=d.lag_k, help=f"MLP lag bound k ({d.lag_k})")
@@ -81,6 +94,14 @@ def _args(argv):
     a = ap.parse_args(argv)
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
+    from cosim.media import media_timing
+    try:
+        a.media_timing = media_timing(a.media, clock_mhz=a.media_clock_mhz, latency=a.latency,
+                                      read_latency=a.read_latency,
+                                      write_latency=a.write_latency,
+                                      read_bandwidth=a.read_bw, write_bandwidth=a.write_bw)
+    except ValueError as e:
+        ap.error(f"media: {e}")
     if a.crashes > max(0, a.batches - 2):
         ap.error(f"--crashes {a.crashes} needs at least {a.crashes + 2} batches")
     try:
@@ -168,6 +189,7 @@ def main(argv=None) -> int:
         dpath["checkpoints"] = str((a.out / "datapath-checkpoints").resolve())
     print(f"TrainingCXL demo: {a.batches} batches, crash points (batch, fraction) {crashes}",
           flush=True)
+    print(f"  media: {a.media_timing.describe()}", flush=True)
     print("building the device simulator (cached after the first run)...", flush=True)
     t0 = time.time()
     b = cb.device_build(cfg, pmem=a.pmem)
@@ -177,7 +199,8 @@ def main(argv=None) -> int:
                                          stimulus=(str(a.stimulus.resolve()) if a.stimulus
                                                    else None), pmem=a.pmem),
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
-                       latency=a.latency, mlp_cycles=a.mlp_cycles, seed=a.seed,
+                       latency=a.latency, media=a.media_timing, mlp_cycles=a.mlp_cycles,
+                       seed=a.seed,
                        out=str(res_path),
                        data=str(a.data.resolve()) if a.data is not None else None,
                        progress_every=10**9 if a.quiet else max(1, a.batches // 30),

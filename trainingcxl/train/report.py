@@ -21,6 +21,7 @@ def summarize(rep: dict) -> str:
         f"  model        {rep['model_desc']}",
         f"  run          {rep['batches']} batches, PMEM latency {rep['latency']} cycles, "
         f"host MLP time {rep['mlp_cycles']} cycles/batch, lag bound k = {rep['lag']}",
+        f"  media        {rep.get('media', {}).get('timing', 'ideal')}",
         "",
         "  held-out loss / AUC                      logloss    AUC",
         f"    RTL run with {len(rep['crashes'])} power failures   "
@@ -72,6 +73,14 @@ def _without_ndp_bytes(mcfg, data, batches: int) -> int:
     return total
 
 
+def _latency(a):
+    """The PMEM latency of the run: one number, or read/write when the media differs."""
+    m = getattr(a, "media_timing", None)
+    if m is None or m.read_latency == m.write_latency:
+        return a.latency if m is None else m.read_latency
+    return f"{m.read_latency}/{m.write_latency} (read/write)"
+
+
 def build_report(a, cfg, mcfg, data, rtl, rtl_eval, refs, crashes, wall) -> dict:
     crash_batches = {c["trainer"]["batch"] for c in rtl["crashes"]}
     crash_batches |= {c["batch"] for c in rtl["crashes"]}
@@ -85,7 +94,8 @@ def build_report(a, cfg, mcfg, data, rtl, rtl_eval, refs, crashes, wall) -> dict
     for b, x in rtl["losses"]:
         losses[b - 1] = x
     return dict(
-        batches=a.batches, latency=a.latency, mlp_cycles=a.mlp_cycles, lag=mcfg.lag_k,
+        batches=a.batches, latency=_latency(a), mlp_cycles=a.mlp_cycles, lag=mcfg.lag_k,
+        media=rtl.get("media", {}),
         seed=a.seed, crash_schedule=crashes, out=str(a.out),
         model_desc=(f"{mcfg.n_tables} tables {list(mcfg.table_rows)} x dim {mcfg.emb_dim}, "
                     f"batch {mcfg.batch_size}, pooling {mcfg.pooling[0]}..{mcfg.pooling[1]}, "

@@ -23,6 +23,7 @@ from cocotb.task import bridge
 
 from cosim import params
 from cosim.device_driver import DeviceDriver
+from cosim.media import MediaTiming
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig
 from trainingcxl.train.rtl_device import RtlDevice
@@ -37,7 +38,8 @@ CLOCK_NS = 10
 class TrainParams:
     """One training run. ``bench``: device configuration and optional boundary trace path;
     ``model``: the DLRM; ``crashes``: ``[[batch, fraction], ...]`` power-failure points;
-    ``latency``: PMEM read/write latency; ``data``: an npz click log (None: synthetic);
+    ``latency``: PMEM read/write latency; ``media``: the PMEM's latency and bandwidth per
+    direction (cosim/media.py; overrides ``latency``; None: ``latency``, unlimited); ``data``: an npz click log (None: synthetic);
     ``out``: the result JSON; ``profile``: write a cProfile of the simulator process there;
     ``datapath``: a sample cache and sampler (``trainingcxl.shade.job.prepare``), or None."""
     bench: BenchConfig
@@ -52,6 +54,7 @@ class TrainParams:
     progress_every: int = 10
     profile: str | None = None
     datapath: dict | None = None     # sample store, cache and sampler (trainingcxl.shade.job)
+    media: MediaTiming | None = None
 
 
 def _say(msg: str):
@@ -71,10 +74,10 @@ async def train_with_power_failures(dut):
         from cosim.trace.stimulus import StimulusRecorder
         stim = StimulusRecorder(dut, spec.bench.stimulus, cfg=cfg)
     cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-    lat = spec.latency
-    pmem = pmem_model(spec.bench.pmem, dut, clock=dut.clk, reset=dut.rst, read_latency=lat,
-                      write_latency=lat, seed=seed, mem=MemoryImage(1 << cfg.addr_bits),
-                      log_writes=False)
+    media = spec.media or MediaTiming(spec.latency, spec.latency)
+    pmem = pmem_model(spec.bench.pmem, dut, clock=dut.clk, reset=dut.rst, seed=seed,
+                      mem=MemoryImage(1 << cfg.addr_bits), log_writes=False,
+                      **media.pmem_kwargs())
     drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True)
     if spec.bench.trace:                    # boundary trace + host action log (docs/traces.md)
         from cosim.trace.device import record_device_trace
@@ -134,6 +137,8 @@ async def train_with_power_failures(dut):
     Path(str(out) + ".mlp").write_bytes(model.to_bytes())
     rep = dict(
         seed=seed, batches=n, wall_s=round(wall, 1), cycles=pmem.cycle,
+        media=dict(timing=media.describe(), r_queue_cycles=pmem.r_queue_cycles,
+                   w_queue_cycles=pmem.w_queue_cycles),
         losses=[[b, float(x)] for b, x in res.loss_log],
         preds={str(b): [p.tolist(), y.tolist()] for b, (p, y) in res.preds.items()},
         snapshots=res.snapshots,

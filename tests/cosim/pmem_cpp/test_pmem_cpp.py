@@ -1,6 +1,9 @@
 """The C++ PMEM model (``cosim.pmem_cpp``) behaves exactly as the Python one (``cosim.pmem``).
 
-One seeded full-device run, recorded (``BenchConfig.trace``), on each model: recover a fresh
+One seeded full-device run, recorded (``BenchConfig.trace``), on each model, with the media's
+bandwidth limited (the ``optane`` preset's 39.4 B/cycle read, 13.9 B/cycle write at 1 GHz,
+cosim/media.py; latency 8 to keep the run short; the run asserts that both directions queued
+for bandwidth, and the queueing cycles are part of the statistics compared): recover a fresh
 device, two tables, two training batches (LOOKUP+LOG, UPDATE with and without logging,
 COMMIT), host CXL.mem reads, then a third batch rung and the power cut while its writes are
 in flight (``cosim.powerfail.power_fail``, seeded: torn 8-byte words, partial bursts,
@@ -19,7 +22,8 @@ image compared. Media faults: the cocotb tests of tests/cosim/media named in
 recovery and snapshots), recorded on both models, give byte-equal traces (every error
 response on the media port and every report it causes) and pass their own checks against the
 golden model. Everything is compared with the Python model's run, never with the C++ model's
-own figures. Builds: the default ``DeviceConfig()`` build (shared with tests/cosim/device)
+own figures. The media-fault tests run with unlimited bandwidth (the default timing).
+Builds: the default ``DeviceConfig()`` build (shared with tests/cosim/device)
 and its C++-PMEM variant (one more full-device build).
 """
 import hashlib
@@ -32,6 +36,7 @@ import pytest
 from cocotb.triggers import ClockCycles
 
 from cosim import build as cb
+from cosim.media import media_timing
 from cosim.pmem_cpp import PMEM_MODELS
 from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
@@ -40,6 +45,7 @@ from hw.config import DeviceConfig
 
 LINE = 64
 CUT = 40           # crash images taken, one per cycle with a media write in flight
+MEDIA = media_timing("optane")      # its bandwidths (the latency stays 8)
 
 
 def _batch(tb, b, tag):
@@ -59,7 +65,9 @@ def _digest(mem) -> str:
 
 @cocotb.test()
 async def pmem_parity_run(dut):
-    tb = DeviceTB(dut, latency=8, name="pmem_parity")
+    tb = DeviceTB(dut, latency=8, name="pmem_parity",
+                  **{k: v for k, v in MEDIA.pmem_kwargs().items() if k.endswith("bandwidth")})
+    assert tb.pmem.read_bandwidth is not None and tb.pmem.write_bandwidth is not None
     assert tb.trace is not None, "BenchConfig.trace is not set: nothing recorded"
     cfg = tb.cfg
     staging = (cfg.staging_base, cfg.staging_size)
@@ -111,6 +119,8 @@ async def pmem_parity_run(dut):
         if len(images) == CUT:
             break
     stats = tb.pmem.stats()
+    assert stats["r_queue_cycles"] > 0 and stats["w_queue_cycles"] > 0, \
+        tb.where(f"the bandwidth limit never delayed a response: {stats}")
     assert any(a in im[6] for im in images for a in spare[2:]), \
         tb.where("no crash image holds an in-flight poisoned write")
     report = {"cycle": cycle, "pmem_stats": stats, "images": images,

@@ -81,10 +81,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from fractions import Fraction
 import random
 from collections import deque
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import cocotb
 import cocotb.simulator

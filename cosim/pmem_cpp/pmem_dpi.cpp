@@ -13,8 +13,9 @@
 // beat per cycle, in order. Bandwidth (cosim/media.py): a service-time queue per direction
 // (`Server`, cosim.media.BandwidthServer line for line): R beats are driven at
 // ceil(service start) + read_latency, a burst's B at ceil(service start of its last beat) +
-// write_latency; unlimited (num 0) leaves the edges above. Within one edge the model takes R and B handshakes, then AR
-// (reads see the memory before any write completing at the same edge), then AW, then W.
+// write_latency; unlimited (num 0) leaves the edges above. Within one edge the model takes R
+// and B handshakes, then AR (reads see the memory before any write completing at the same
+// edge), then AW, then W.
 //
 // Poison (cosim/pmem.py's docstring): one bit per line in `poisoned` (apart from the line store,
 // so a poisoned line that was never written creates no line and the creation order the staging

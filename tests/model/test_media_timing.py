@@ -133,3 +133,16 @@ def test_train_command_media_options():
         with pytest.raises(SystemExit) as e:
             _args(bad)
         assert e.value.code == 2, bad
+
+
+def test_media_timing_travels_in_run_parameters(tmp_path):
+    """TrainParams.media survives the JSON of cosim.params (the simulator reads it back)."""
+    from cosim import params
+    from cosim.tb.config import BenchConfig
+    from sw_model.dlrm import DLRMConfig
+    from trainingcxl.train.tb import TrainParams
+    m = media_timing("optane", clock_mhz=100, write_bandwidth="2/3")
+    p = TrainParams(bench=BenchConfig(), model=DLRMConfig(), batches=1, crashes=[], latency=40,
+                    mlp_cycles=0, seed=1, out="o.json", media=m)
+    back = params.load(TrainParams, params.write(p, tmp_path / "p.json"))
+    assert back.media == m and back.media.pmem_kwargs()["write_bandwidth"] == Fraction(2, 3)

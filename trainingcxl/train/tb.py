@@ -39,7 +39,8 @@ class TrainParams:
     """One training run. ``bench``: device configuration and optional boundary trace path;
     ``model``: the DLRM; ``crashes``: ``[[batch, fraction], ...]`` power-failure points;
     ``latency``: PMEM read/write latency; ``media``: the PMEM's latency and bandwidth per
-    direction (cosim/media.py; overrides ``latency``; None: ``latency``, unlimited); ``data``: an npz click log (None: synthetic);
+    direction (cosim/media.py; overrides ``latency``; None: ``latency``, unlimited);
+    ``data``: an npz click log (None: synthetic);
     ``out``: the result JSON; ``profile``: write a cProfile of the simulator process there;
     ``datapath``: a sample cache and sampler (``trainingcxl.shade.job.prepare``), or None."""
     bench: BenchConfig

@@ -43,6 +43,11 @@ DEFAULT_TASK_POINTS = 100
 # report fields that measure wall-clock time: the only ones in which a campaign on a cluster
 # may differ from the serial campaign of the same points
 WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
+# the PMEM model on the media port: "cpp" (cosim.pmem_cpp, compiled into the simulator, its own
+# build) gives the same images and verdicts as "python" (cosim.pmem) for the same seed and
+# points, in less time (docs/crash.md, "Speed")
+PMEM_MODELS = ("python", "cpp")
+DEFAULT_PMEM = "cpp"
 
 
 def _expected_points(spec: str) -> int | None:
@@ -123,6 +128,7 @@ class CrashPart:
     mutate: str
     max_restarts: int
     profile: str | None = None
+    pmem: str = DEFAULT_PMEM
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -143,14 +149,15 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
 
     build = part.build
     if not cb.is_built(build):
-        build = cb.device_build(part.cfg)
+        build = cb.device_build(part.cfg, pmem=part.pmem)
     out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
     skip, restarts, sim_errors = part.start, 0, []
     while True:
         run_params = CrashParams(
-            bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency),
+            bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency,
+                              pmem=part.pmem),
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
             mutate=part.mutate, profile=part.profile)
@@ -235,7 +242,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  workload: dict | None = None, via_host: bool = True, max_restarts: int = 5,
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
                  profile: Path | None = None, executor=None,
-                 task_points: int = DEFAULT_TASK_POINTS) -> dict:
+                 task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM) -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -243,11 +250,15 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     their results are merged by point index into ``out/points.jsonl`` and one report, the same
     for any split of the same points (fields that measure wall-clock time excepted:
     :data:`WALL_CLOCK_FIELDS`). The simulator is built here, before any task starts, so every
-    worker sharing this machine's cache (or a shared filesystem) finds it built.
+    worker sharing this machine's cache (or a shared filesystem) finds it built. ``pmem``: the
+    PMEM model, ``"cpp"`` or ``"python"`` (a ``build`` passed in must be the matching
+    ``cosim.build.device_build(cfg, pmem=pmem)``).
     """
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
 
+    if pmem not in PMEM_MODELS:
+        raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
     cfg = cfg or DeviceConfig()
     executor = executor or SerialExecutor()
     out = Path(out).resolve()     # the runner and the workers may change directory
@@ -256,7 +267,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results.write_text("")
     t0 = time.monotonic()
     if build is None:
-        build = cb.device_build(cfg)
+        build = cb.device_build(cfg, pmem=pmem)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     workers = None if isinstance(executor, SerialExecutor) else executor.workers
@@ -267,6 +278,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        cfg=cfg, points=points, seed=seed, latency=latency,
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
+                       pmem=pmem,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -279,7 +291,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep = summarize(records, requested=expected)
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
-               workload=workload or {}, via_host=via_host,
+               workload=workload or {}, via_host=via_host, pmem=pmem,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -309,6 +321,10 @@ def main(argv=None) -> int:
     p.add_argument("--mutate", default="", choices=["", "wipe_log"],
                    help="self-check: wipe_log erases the undo log from every crash image, so "
                         "points that crash inside a batch must fail")
+    p.add_argument("--pmem", default=DEFAULT_PMEM, choices=PMEM_MODELS,
+                   help="PMEM model on the media port: cpp (compiled into the simulator, its "
+                        "own build) or python (cosim.pmem); same images and verdicts "
+                        f"(default {DEFAULT_PMEM})")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--profile", type=Path, default=None,
@@ -346,7 +362,8 @@ def main(argv=None) -> int:
                                latency=a.latency, write_latency=a.write_latency, chunk=a.chunk,
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,
-                               profile=a.profile, executor=ex, task_points=a.task_points)
+                               profile=a.profile, executor=ex, task_points=a.task_points,
+                               pmem=a.pmem)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from cosim import build as cb
-from trainingcxl.crash.campaign import run_campaign
+from trainingcxl.crash.campaign import DEFAULT_PMEM, run_campaign
 from hw.config import DeviceConfig
 
 N_POINTS = 20
@@ -19,7 +19,7 @@ N_POINTS = 20
 @pytest.fixture(scope="session")
 def crash_build():
     cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg)
+    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)   # the campaign's default path
 
 
 @pytest.mark.cosim

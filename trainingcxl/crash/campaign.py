@@ -129,6 +129,7 @@ class CrashPart:
     max_restarts: int
     profile: str | None = None
     pmem: str = DEFAULT_PMEM
+    replay: str = "open"
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -160,7 +161,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
                               pmem=part.pmem),
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
-            mutate=part.mutate, profile=part.profile)
+            mutate=part.mutate, profile=part.profile, replay=part.replay)
         box = {}
 
         def target():
@@ -242,7 +243,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  workload: dict | None = None, via_host: bool = True, max_restarts: int = 5,
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
                  profile: Path | None = None, executor=None,
-                 task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM) -> dict:
+                 task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM,
+                 replay: str = "open") -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -278,7 +280,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        cfg=cfg, points=points, seed=seed, latency=latency,
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
-                       pmem=pmem,
+                       pmem=pmem, replay=replay,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -291,7 +293,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep = summarize(records, requested=expected)
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
-               workload=workload or {}, via_host=via_host, pmem=pmem,
+               workload=workload or {}, via_host=via_host, pmem=pmem, replay=replay,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -325,6 +327,10 @@ def main(argv=None) -> int:
                    help="PMEM model on the media port: cpp (compiled into the simulator, its "
                         "own build) or python (cosim.pmem); same images and verdicts "
                         f"(default {DEFAULT_PMEM})")
+    p.add_argument("--replay", default="open", choices=["open", "all"],
+                   help="after recovery run the open batch C+1 only (default) or every batch "
+                        "to the end; the model runs the same batches and the image outside "
+                        "staging must equal it")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--profile", type=Path, default=None,
@@ -363,7 +369,7 @@ def main(argv=None) -> int:
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,
                                profile=a.profile, executor=ex, task_points=a.task_points,
-                               pmem=a.pmem)
+                               pmem=a.pmem, replay=a.replay)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

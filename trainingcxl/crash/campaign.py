@@ -48,6 +48,8 @@ WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
 # points, in less time (docs/crash.md, "Speed")
 PMEM_MODELS = ("python", "cpp")
 DEFAULT_PMEM = "cpp"
+# fraction of the points whose recovery is cut by a second power failure (nested failure)
+DEFAULT_NESTED = 0.25
 
 
 def _expected_points(spec: str) -> int | None:
@@ -100,6 +102,11 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
         "points_with_inflight_writes": sum(1 for p in pts if p.get("writes_in_flight")),
         "recovered_records_total": sum(p.get("recovered_records") or 0 for p in pts),
         "point_wall_s_mean": round(sum(walls) / len(walls), 3) if walls else None,
+        "nested_points": sum(1 for p in pts if p.get("nested")),
+        "nested_outcomes": {k: sum(1 for p in pts if p.get("nested_outcome") == k)
+                            for k in ("again", "done")},
+        "nested_words_survived": sum(p.get("nested_words_survived", 0) for p in pts),
+        "nested_words_lost": sum(p.get("nested_words_lost", 0) for p in pts),
         "failures": failures,
     }
     return rep
@@ -130,6 +137,7 @@ class CrashPart:
     profile: str | None = None
     pmem: str = DEFAULT_PMEM
     replay: str = "open"
+    nested: float = DEFAULT_NESTED
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -161,7 +169,8 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
                               pmem=part.pmem),
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
-            mutate=part.mutate, profile=part.profile, replay=part.replay)
+            mutate=part.mutate, profile=part.profile, replay=part.replay,
+            nested=part.nested)
         box = {}
 
         def target():
@@ -244,7 +253,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
                  profile: Path | None = None, executor=None,
                  task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM,
-                 replay: str = "open") -> dict:
+                 replay: str = "open", nested: float = DEFAULT_NESTED) -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -280,7 +289,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        cfg=cfg, points=points, seed=seed, latency=latency,
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
-                       pmem=pmem, replay=replay,
+                       pmem=pmem, replay=replay, nested=nested,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -294,6 +303,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
                workload=workload or {}, via_host=via_host, pmem=pmem, replay=replay,
+               nested=nested,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -320,9 +330,14 @@ def main(argv=None) -> int:
     p.add_argument("--workload", default="{}", help="JSON keyword arguments of make_workload")
     p.add_argument("--backdoor", action="store_true",
                    help="descriptors/completions backdoor instead of through the CXL.mem host")
-    p.add_argument("--mutate", default="", choices=["", "wipe_log"],
+    p.add_argument("--mutate", default="", choices=["", "wipe_log", "epoch_first"],
                    help="self-check: wipe_log erases the undo log from every crash image, so "
-                        "points that crash inside a batch must fail")
+                        "points that crash inside a batch must fail; epoch_first gives every "
+                        "nested failure the first image with the epoch already advanced, so "
+                        "nested points that had rows to roll back must fail")
+    p.add_argument("--nested", type=float, default=DEFAULT_NESTED,
+                   help="fraction of the points (seeded) whose recovery is cut by a second "
+                        f"power failure (default {DEFAULT_NESTED})")
     p.add_argument("--pmem", default=DEFAULT_PMEM, choices=PMEM_MODELS,
                    help="PMEM model on the media port: cpp (compiled into the simulator, its "
                         "own build) or python (cosim.pmem); same images and verdicts "
@@ -345,6 +360,8 @@ def main(argv=None) -> int:
     if a.task_points < 1:
         p.error(f"--task-points must be >= 1, got {a.task_points}")
     from hw.config import CONFIGS, named
+    if not 0.0 <= a.nested <= 1.0:
+        p.error(f"--nested must be in [0, 1], got {a.nested}")
     if a.points < 1 or a.latency < 1 or a.write_latency < 1 or a.chunk < 1:
         p.error("--points, --latency, --write-latency and --chunk must be >= 1")
     if a.config not in CONFIGS:
@@ -369,7 +386,7 @@ def main(argv=None) -> int:
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,
                                profile=a.profile, executor=ex, task_points=a.task_points,
-                               pmem=a.pmem, replay=a.replay)
+                               pmem=a.pmem, replay=a.replay, nested=a.nested)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

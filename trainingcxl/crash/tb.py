@@ -38,9 +38,13 @@ from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
-from hw.encodings import DescKind
+from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
 
 CLOCK_NS = 10
+# self-checks (CrashParams.mutate): wipe_log erases the undo log from every crash image;
+# epoch_first makes every nested failure's image the first image with the recovery epoch
+# already advanced (a device that persisted its epoch write before its rollback writes)
+MUTATIONS = ("", "wipe_log", "epoch_first")
 # device -> host channels: while no host is attached (recovery) their ready is held low, so a
 # message the device tried to send stays visible (valid) when the host attaches
 S2M_CHANNELS = ("s2m_ndr", "s2m_drs", "s2m_bisnp")
@@ -62,7 +66,9 @@ class CrashParams:
     for its progress bar). ``via_host``: descriptors/completions
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
-    ``profile``: a path for cProfile statistics of the points loop. ``replay``: after a
+    ``nested``: the fraction of points (seeded coin per point) whose recovery is cut by a
+    second power failure (:meth:`CrashBench.nested_failure`). ``profile``: a path for
+    cProfile statistics of the points loop. ``replay``: after a
     point's recovery, run the open batch ``C+1`` only (``"open"``) or every batch to the end of
     the run (``"all"``); either way the golden model runs the same batches from its own
     recovery of the crash image and the whole image outside staging must equal it, and the
@@ -80,10 +86,14 @@ class CrashParams:
     mutate: str = ""
     profile: str | None = None
     replay: str = "open"
+    nested: float = 0.25
 
     def __post_init__(self):
-        if self.mutate not in ("", "wipe_log"):
-            raise ValueError(f"CrashParams.mutate must be '' or 'wipe_log', got {self.mutate!r}")
+        if self.mutate not in MUTATIONS:
+            raise ValueError(f"CrashParams.mutate must be one of {MUTATIONS}, "
+                             f"got {self.mutate!r}")
+        if not 0.0 <= self.nested <= 1.0:
+            raise ValueError(f"CrashParams.nested must be in [0, 1], got {self.nested!r}")
         if self.replay not in ("open", "all"):
             raise ValueError(f"CrashParams.replay must be 'open' or 'all', got {self.replay!r}")
 
@@ -99,6 +109,11 @@ def crash_points(spec: str, seed: int, total: int) -> list[int]:
         _, a, b = spec.split(":")
         return list(range(int(a), int(b)))
     return [int(x) for x in spec.split(",") if x.strip()]
+
+
+def is_nested(seed: int, i: int, cycle: int, fraction: float) -> bool:
+    """Whether point ``i`` also gets a power failure during its recovery (seeded coin)."""
+    return random.Random(f"crash-nest-coin-{seed}-{i}-{cycle}").random() < fraction
 
 
 def point_seed(seed: int, i: int, cycle: int) -> int:
@@ -235,14 +250,32 @@ class CrashBench:
                                  "to a host that holds no line)")
         drv.new_host()
 
+    async def start_recover(self):
+        """IRQ_ENABLE = RECOVERED|ERR, then CONTROL.RECOVER (recovery starts)."""
+        drv = self.drv
+        await drv.write("IRQ_ENABLE", drv.IRQ_RECOVERED | drv.IRQ_ERR)
+        await drv.write("CONTROL", 1)
+
+    async def wait_until(self, t_start: int, cycle: int):
+        """Return at cycle ``cycle`` counted from ``t_start``, the edge settled (no wait if it
+        is past). One Timer to half a period before the edge (ClockCycles would wake Python on
+        every edge), then the edge itself, then the PMEM model's settle (docs/crash.md, "When
+        the power fails"): every handshake of that edge is in a crash image, none of the
+        next."""
+        ahead = cycle - (self.cycle() - t_start)
+        if ahead > 0:
+            period = self.pmem.period
+            await Timer(ahead * period - period // 2, "step")
+            await RisingEdge(self.dut.clk)
+            await self.pmem.settle()
+
     async def recover(self, timeout: int = 200_000) -> int:
         """CONTROL.RECOVER and wait for READY as ``DeviceDriver.recover`` does (same errors),
         sleeping on the interrupt (IRQ_ENABLE.RECOVERED|ERR) between STATUS reads instead of
         polling every 16 cycles (a poll wakes Python on every edge). Returns COMMITTED."""
         drv, irq = self.drv, self.dut.irq
         t0 = self.pmem.cycle
-        await drv.write("IRQ_ENABLE", drv.IRQ_RECOVERED | drv.IRQ_ERR)
-        await drv.write("CONTROL", 1)
+        await self.start_recover()
         while True:
             st = await drv.read("STATUS")
             if st & drv.STATUS_READY and not st & drv.STATUS_RECOVERING:
@@ -301,17 +334,8 @@ class CrashBench:
         prog = Progress()
         t_start = self.cycle()
         task = cocotb.start_soon(self.run_batches(1, prog))
-        period = self.pmem.period
         for i, cycle in sorted(points, key=lambda p: (p[1], p[0])):
-            ahead = cycle - (self.cycle() - t_start)
-            if ahead > 0:
-                # one Timer to half a period before the edge (ClockCycles would wake Python on
-                # every edge), then the edge itself
-                await Timer(ahead * period - period // 2, "step")
-                await RisingEdge(self.dut.clk)
-                # every handshake of this edge in the image, none of the next (docs/crash.md,
-                # "When the power fails"); the C++ model has evaluated the edge only then
-                await self.pmem.settle()
+            await self.wait_until(t_start, cycle)
             if task.done() and task.exception() is not None:
                 out[i] = AssertionError(f"run before the crash failed: {task.exception()!r}")
                 continue
@@ -326,6 +350,87 @@ class CrashBench:
         if not task.done():
             task.cancel()
         return out
+
+    # ------------------------------------------------------------------ nested failure
+    async def nested_failure(self, i, cycle, img, rec, dev, mm, m_rec, c):
+        """Power on with crash image ``img`` again, start RECOVER and cut the power ``r``
+        cycles later (``r`` seeded: half uniform in ``[0, R]``, ``R`` = the cycles the full
+        recovery of ``img`` just took, half in its last cycles, where it writes; some cuts
+        land after it); power on with that second image,
+        recover, and check the result against the legal outcomes, which the golden model
+        computes from its own recovery of ``img`` (``dev``/``mm``, ``m_rec`` records), never
+        from the RTL's second image. Until its epoch write lands, recovery writes only table
+        rows (and the superblock when formatting), always the same values, so:
+
+        * ``again``: the cut came before the epoch write (or the format's magic) persisted,
+          and the second recovery redoes the first: the model's image ``mm``, ``m_rec``
+          records;
+        * ``done``: the first recovery had persisted its epoch write, so every rollback too;
+          the second recovery applies nothing: the model's recovery of ``mm`` (epoch + 2,
+          records 0; after a format: the first normal recovery).
+
+        Either way COMMITTED = ``c`` and the tables are the model's run's after batch ``c``.
+        The RTL's image must equal one of the two outside staging, with the matching
+        RECOVERED_RECORDS. Returns the matching (model device, memory) for the replay."""
+        wl, cfg = self.wl, self.cfg
+        mm2 = mm.copy()
+        dev2 = wl.model(mm2)
+        m_rec2 = dev2.recover()
+        outcomes = {"again": (dev, mm, m_rec), "done": (dev2, mm2, m_rec2)}
+        rng = random.Random(f"crash-nested-{self.seed}-{i}-{cycle}")
+        full = rec["recover_cycles"]
+        if rng.random() < 0.5:
+            r = rng.randrange(0, full + 1)
+        else:
+            # recovery scans every header first and writes only at its end (its rows, then
+            # the epoch word): half of the cuts fall in its last ``tail`` cycles (about 5 per
+            # record the model applied, plus the write latencies), where writes are in flight
+            tail = 8 * m_rec + 64
+            r = max(0, full - rng.randrange(0, tail + 1))
+        pseed = rng.getrandbits(63)
+        rec.update(nested=True, nested_cut=r, nested_point_seed=pseed)
+        await self.power_on(img)
+        t0 = self.cycle()
+        await self.start_recover()
+        await self.wait_until(t0, r)
+        img2 = power_fail(self.pmem, random.Random(pseed), staging=self.staging,
+                          cycle=self.cycle() - t0)
+        rec["nested_measured_cut"] = self.cycle() - t0
+        rec.update({"nested_" + k: v for k, v in img2.stats().items()
+                    if k not in ("seed", "cycle")})
+        if self.mutate == "epoch_first":
+            # self-check: a device whose epoch write persisted before its rollback writes
+            sb = img.mem.read(cfg.superblock_base, 64)
+            magic = unpack_fields(SB_FIELDS, sb)
+            if magic["magic"] == SB_MAGIC and magic["version"] == SB_VERSION:
+                img2 = img.mem.copy()
+                _, off, w = next(f for f in SB_FIELDS if f[0] == "recovery_epoch")
+                e = (magic["recovery_epoch"] + 1) & (2**64 - 1)
+                img2.write(cfg.superblock_base + off, e.to_bytes(w, "little"))
+        await self.power_on(img2)
+        t_rec = self.cycle()
+        c2 = await self.recover()
+        rec["nested_recover_cycles"] = self.cycle() - t_rec
+        n2 = await self.drv.recovered_records()
+        rec.update(nested_committed=c2, nested_records=n2)
+        if c2 != c:
+            raise AssertionError(f"second recovery (power failed {r} cycles into the first): "
+                                 f"COMMITTED = {c2}, the model's recovery gives {c}")
+        self.check_tables(c, f"after the second recovery (cut {r} cycles into the first)")
+        match = [k for k, (_d, m, _n) in outcomes.items()
+                 if not nonstaging_diff(cfg, m, self.pmem.mem, limit=1)]
+        if not match:
+            raise AssertionError(
+                f"second recovery (cut {r} cycles into the first): image outside staging is "
+                f"neither legal outcome; lines differing from 'again': "
+                f"{[hex(a) for a in nonstaging_diff(cfg, mm, self.pmem.mem)]}, from 'done': "
+                f"{[hex(a) for a in nonstaging_diff(cfg, mm2, self.pmem.mem)]}")
+        k = match[0]
+        rec["nested_outcome"] = k
+        if n2 != outcomes[k][2]:
+            raise AssertionError(f"second recovery ({k}): RECOVERED_RECORDS = {n2}, the model "
+                                 f"gives {outcomes[k][2]}")
+        return outcomes[k][0], outcomes[k][1]
 
     # ------------------------------------------------------------------ one crash point
     async def crash_point(self, i: int, cycle: int, snap) -> dict:
@@ -365,6 +470,10 @@ class CrashBench:
                 raise AssertionError(f"recovered image differs from the model's recovery "
                                      f"(outside staging) at lines {[hex(a) for a in diff]}")
             rec["recovered"] = True
+            if is_nested(self.seed, i, cycle, self.params.nested):
+                # power fails again during the recovery of the same crash image; the replay
+                # then runs on what the second recovery left, the model alongside
+                dev, mm = await self.nested_failure(i, cycle, img, rec, dev, mm, m_rec, c)
             # replay the open batch (or the rest of the run), the model alongside
             last = wl.n_batches if self.params.replay == "all" else min(c + 1, wl.n_batches)
             if c < last:

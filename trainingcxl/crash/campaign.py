@@ -48,6 +48,9 @@ WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
 # points, in less time (docs/crash.md, "Speed")
 PMEM_MODELS = ("python", "cpp")
 DEFAULT_PMEM = "cpp"
+# the campaign's workload (cosim.training_workload.make_workload arguments): a SNAPSHOT of
+# 3000 bytes (47 lines, unaligned source) in every batch, lag bound k = 1 (MLP_LAG)
+DEFAULT_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1}
 # fraction of the points whose recovery is cut by a second power failure (nested failure)
 DEFAULT_NESTED = 0.25
 
@@ -71,6 +74,13 @@ def _read_lines(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             pass            # a line being written
     return out
+
+
+def _histogram(keys) -> dict:
+    out = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def summarize(records: list[dict], *, requested: int | None = None) -> dict:
@@ -102,6 +112,10 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
         "points_with_inflight_writes": sum(1 for p in pts if p.get("writes_in_flight")),
         "recovered_records_total": sum(p.get("recovered_records") or 0 for p in pts),
         "point_wall_s_mean": round(sum(walls) / len(walls), 3) if walls else None,
+        "mlp_histogram": _histogram(f"{p['mlp_slot']}:{p['mlp_epoch']}" for p in pts
+                                    if p.get("mlp_slot") is not None),
+        "points_in_snapshot_copy": sum(1 for p in pts if p.get("snap_writes_in_flight")
+                                       or p.get("slots_torn")),
         "nested_points": sum(1 for p in pts if p.get("nested")),
         "nested_outcomes": {k: sum(1 for p in pts if p.get("nested_outcome") == k)
                             for k in ("again", "done")},
@@ -271,6 +285,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     if pmem not in PMEM_MODELS:
         raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
     cfg = cfg or DeviceConfig()
+    workload = dict(DEFAULT_WORKLOAD if workload is None else workload)
     executor = executor or SerialExecutor()
     out = Path(out).resolve()     # the runner and the workers may change directory
     out.mkdir(parents=True, exist_ok=True)
@@ -327,14 +342,17 @@ def main(argv=None) -> int:
                    help="PMEM write latency (cycles)")
     p.add_argument("--chunk", type=int, default=25,
                    help="crash images taken per pass of the workload")
-    p.add_argument("--workload", default="{}", help="JSON keyword arguments of make_workload")
+    p.add_argument("--workload", default=json.dumps(DEFAULT_WORKLOAD),
+                   help="JSON keyword arguments of make_workload (default "
+                        f"{json.dumps(DEFAULT_WORKLOAD)}; {{}}: no snapshots)")
     p.add_argument("--backdoor", action="store_true",
                    help="descriptors/completions backdoor instead of through the CXL.mem host")
-    p.add_argument("--mutate", default="", choices=["", "wipe_log", "epoch_first"],
+    p.add_argument("--mutate", default="", choices=["", "wipe_log", "epoch_first", "wipe_slots"],
                    help="self-check: wipe_log erases the undo log from every crash image, so "
                         "points that crash inside a batch must fail; epoch_first gives every "
                         "nested failure the first image with the epoch already advanced, so "
-                        "nested points that had rows to roll back must fail")
+                        "nested points that had rows to roll back must fail; wipe_slots erases "
+                        "both MLP snapshot slot headers from every crash image")
     p.add_argument("--nested", type=float, default=DEFAULT_NESTED,
                    help="fraction of the points (seeded) whose recovery is cut by a second "
                         f"power failure (default {DEFAULT_NESTED})")

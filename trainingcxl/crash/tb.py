@@ -39,12 +39,14 @@ from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
 from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
+from sw_model.training import read_snap_slot, snap_slot_addr, snap_slot_bytes, snap_slot_valid
 
 CLOCK_NS = 10
 # self-checks (CrashParams.mutate): wipe_log erases the undo log from every crash image;
 # epoch_first makes every nested failure's image the first image with the recovery epoch
 # already advanced (a device that persisted its epoch write before its rollback writes)
-MUTATIONS = ("", "wipe_log", "epoch_first")
+# wipe_slots erases both MLP snapshot slot headers from every crash image
+MUTATIONS = ("", "wipe_log", "epoch_first", "wipe_slots")
 # device -> host channels: while no host is attached (recovery) their ready is held low, so a
 # message the device tried to send stays visible (valid) when the host attaches
 S2M_CHANNELS = ("s2m_ndr", "s2m_drs", "s2m_bisnp")
@@ -196,6 +198,8 @@ class CrashBench:
             await self.recover()
         self.attach_host()
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
+        if wl.mlp_lag is not None:
+            await drv.write("MLP_LAG", wl.mlp_lag)
         for b in batches:
             drv.write_staging(b.staging)
         for b in batches:
@@ -293,6 +297,30 @@ class CrashBench:
             raise DriverError(f"recovery ended with STATUS.ERROR: {await drv.error_state()}")
         return await drv.read64("COMMITTED")
 
+    async def check_mlp(self, c: int, prog: dict, model, what: str) -> tuple:
+        """MLP_SLOT/MLP_EPOCH after a recovery that reported ``c``: one of the pairs the model's
+        run allows for the cut (``TrainingWorkload.legal_mlp``), the same as ``model`` (the
+        golden model's recovery) reports, and the chosen slot holds the model run's payload of
+        that epoch. Returns the pair."""
+        st = await self.drv.mlp_state()
+        got = (st["slot"], st["epoch"])
+        legal = self.wl.legal_mlp(c, prog["commits_rung"], prog["commits_done"])
+        if got not in legal:
+            raise AssertionError(f"{what}: (MLP_SLOT, MLP_EPOCH) = {got}, legal after this cut "
+                                 f"(C={c}, {prog['commits_rung']} batches rung, "
+                                 f"{prog['commits_done']} read): {sorted(legal)}")
+        if got != (model.mlp_slot, model.mlp_epoch):
+            raise AssertionError(f"{what}: (MLP_SLOT, MLP_EPOCH) = {got}, the model's recovery "
+                                 f"gives {(model.mlp_slot, model.mlp_epoch)}")
+        if got[0]:
+            payload = {e: p for e, _i, p in self.wl.snapshots}[got[1]]
+            h, data = read_snap_slot(self.cfg, self.pmem.mem, got[0] - 1)
+            if h["epoch"] != got[1] or data != payload:
+                raise AssertionError(f"{what}: slot {got[0]} holds epoch {h['epoch']}, "
+                                     f"{h['length']} bytes, not the model run's snapshot of "
+                                     f"epoch {got[1]}")
+        return got
+
     def check_tables(self, c: int, what: str):
         diffs = self.wl.table_diffs(self.pmem.mem, self.wl.tables_after(c))
         if diffs:
@@ -312,6 +340,7 @@ class CrashBench:
         await self.run_batches(1, prog)
         total = self.cycle() - t0
         self.reference_phases = dict(self.drv.phase_cycles)
+        await self.drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
         self.check_tables(wl.n_batches, "reference run")
         diff = nonstaging_diff(self.cfg, wl.final_image, self.pmem.mem)
         if diff:
@@ -345,14 +374,34 @@ class CrashBench:
                 c = self.cfg
                 for la in [a for a in img.mem._lines if c.log_base <= a < c.log_base + c.log_size]:
                     del img.mem._lines[la]
+            if self.mutate == "wipe_slots":     # self-check: snapshots that never persisted
+                for k in (0, 1):
+                    img.mem.write(snap_slot_addr(self.cfg, k), bytes(64))
             out[i] = (img, {"commits_rung": prog.commits_rung, "commits_done": prog.commits_done,
-                            "measured_cycle": self.cycle() - t_start, "point_seed": pseed})
+                            "measured_cycle": self.cycle() - t_start, "point_seed": pseed,
+                            **self.snapshot_cut(img)})
         if not task.done():
             task.cancel()
         return out
 
+    def snapshot_cut(self, img) -> dict:
+        """Where a cut fell relative to the snapshot copies (statistics only): in-flight writes
+        into the slots region, and slots written but invalid in the crash image (torn)."""
+        c = self.cfg
+        lo, hi = c.slots_base, c.slots_base + c.slots_size
+        inflight = sum(1 for pw in self.pmem.unacked if lo <= pw.record.addr < hi)
+        inflight += sum(1 for aw in self.pmem._aw_waiting if lo <= aw[1] < hi)
+        n = snap_slot_bytes(c)
+        torn = 0
+        for k in (0, 1):
+            a = snap_slot_addr(c, k)
+            if (any(a <= x < a + n for x in img.mem._lines)
+                    and not snap_slot_valid(c, img.mem, k, 2**64 - 1)):
+                torn += 1
+        return {"snap_writes_in_flight": inflight, "slots_torn": torn}
+
     # ------------------------------------------------------------------ nested failure
-    async def nested_failure(self, i, cycle, img, rec, dev, mm, m_rec, c):
+    async def nested_failure(self, i, cycle, img, rec, dev, mm, m_rec, c, prog):
         """Power on with crash image ``img`` again, start RECOVER and cut the power ``r``
         cycles later (``r`` seeded: half uniform in ``[0, R]``, ``R`` = the cycles the full
         recovery of ``img`` just took, half in its last cycles, where it writes; some cuts
@@ -430,6 +479,7 @@ class CrashBench:
         if n2 != outcomes[k][2]:
             raise AssertionError(f"second recovery ({k}): RECOVERED_RECORDS = {n2}, the model "
                                  f"gives {outcomes[k][2]}")
+        await self.check_mlp(c, prog, outcomes[k][0], "after the second recovery")
         return outcomes[k][0], outcomes[k][1]
 
     # ------------------------------------------------------------------ one crash point
@@ -469,17 +519,20 @@ class CrashBench:
             if diff:
                 raise AssertionError(f"recovered image differs from the model's recovery "
                                      f"(outside staging) at lines {[hex(a) for a in diff]}")
+            rec["mlp_slot"], rec["mlp_epoch"] = await self.check_mlp(c, prog, dev,
+                                                                     "after recovery")
             rec["recovered"] = True
             if is_nested(self.seed, i, cycle, self.params.nested):
                 # power fails again during the recovery of the same crash image; the replay
                 # then runs on what the second recovery left, the model alongside
-                dev, mm = await self.nested_failure(i, cycle, img, rec, dev, mm, m_rec, c)
+                dev, mm = await self.nested_failure(i, cycle, img, rec, dev, mm, m_rec, c, prog)
             # replay the open batch (or the rest of the run), the model alongside
             last = wl.n_batches if self.params.replay == "all" else min(c + 1, wl.n_batches)
             if c < last:
                 await self.run_batches(c + 1, Progress(), recover=False, last=last)
             else:
                 self.attach_host()      # the check that the device sent no host message
+            await drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
             diffs = wl.table_diffs(self.pmem.mem, wl.tables_after(last))
             if diffs:
                 raise AssertionError(f"after replay: tables differ from the no-failure run's "

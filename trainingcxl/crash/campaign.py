@@ -53,6 +53,8 @@ DEFAULT_PMEM = "cpp"
 DEFAULT_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1}
 # fraction of the points whose recovery is cut by a second power failure (nested failure)
 DEFAULT_NESTED = 0.25
+# fraction of the random points drawn inside the reference run's MLP snapshot copies
+DEFAULT_SNAP_POINTS = 0.2
 
 
 def _expected_points(spec: str) -> int | None:
@@ -152,6 +154,7 @@ class CrashPart:
     pmem: str = DEFAULT_PMEM
     replay: str = "open"
     nested: float = DEFAULT_NESTED
+    snap_points: float = DEFAULT_SNAP_POINTS
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -184,7 +187,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
             mutate=part.mutate, profile=part.profile, replay=part.replay,
-            nested=part.nested)
+            nested=part.nested, snap_points=part.snap_points)
         box = {}
 
         def target():
@@ -247,7 +250,8 @@ def merge_parts(parts: list[dict]) -> tuple[list[dict], list[str]]:
     reference run)."""
     refs = [r for p in parts for r in p["records"] if r.get("event") == "reference"]
     problems = []
-    keys = ("cycles", "points", "batches", "latency", "write_latency", "phase_cycles")
+    keys = ("cycles", "points", "batches", "latency", "write_latency", "phase_cycles",
+            "snap_windows")
     if refs and any({k: r.get(k) for k in keys} != {k: refs[0].get(k) for k in keys}
                     for r in refs[1:]):
         problems.append("the tasks' reference runs differ: "
@@ -267,7 +271,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
                  profile: Path | None = None, executor=None,
                  task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM,
-                 replay: str = "open", nested: float = DEFAULT_NESTED) -> dict:
+                 replay: str = "open", nested: float = DEFAULT_NESTED,
+                 snap_points: float = DEFAULT_SNAP_POINTS) -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -304,7 +309,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        cfg=cfg, points=points, seed=seed, latency=latency,
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
-                       pmem=pmem, replay=replay, nested=nested,
+                       pmem=pmem, replay=replay, nested=nested, snap_points=snap_points,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -318,7 +323,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
                workload=workload or {}, via_host=via_host, pmem=pmem, replay=replay,
-               nested=nested,
+               nested=nested, snap_points=snap_points,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -353,6 +358,9 @@ def main(argv=None) -> int:
                         "nested failure the first image with the epoch already advanced, so "
                         "nested points that had rows to roll back must fail; wipe_slots erases "
                         "both MLP snapshot slot headers from every crash image")
+    p.add_argument("--snap-points", type=float, default=DEFAULT_SNAP_POINTS,
+                   help="fraction of the random points (seeded) drawn inside the reference "
+                        f"run's MLP snapshot copies (default {DEFAULT_SNAP_POINTS})")
     p.add_argument("--nested", type=float, default=DEFAULT_NESTED,
                    help="fraction of the points (seeded) whose recovery is cut by a second "
                         f"power failure (default {DEFAULT_NESTED})")
@@ -378,8 +386,9 @@ def main(argv=None) -> int:
     if a.task_points < 1:
         p.error(f"--task-points must be >= 1, got {a.task_points}")
     from hw.config import CONFIGS, named
-    if not 0.0 <= a.nested <= 1.0:
-        p.error(f"--nested must be in [0, 1], got {a.nested}")
+    for name in ("nested", "snap_points"):
+        if not 0.0 <= getattr(a, name) <= 1.0:
+            p.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(a, name)}")
     if a.points < 1 or a.latency < 1 or a.write_latency < 1 or a.chunk < 1:
         p.error("--points, --latency, --write-latency and --chunk must be >= 1")
     if a.config not in CONFIGS:
@@ -404,7 +413,8 @@ def main(argv=None) -> int:
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,
                                profile=a.profile, executor=ex, task_points=a.task_points,
-                               pmem=a.pmem, replay=a.replay, nested=a.nested)
+                               pmem=a.pmem, replay=a.replay, nested=a.nested,
+                               snap_points=a.snap_points)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

@@ -68,7 +68,8 @@ class CrashParams:
     for its progress bar). ``via_host``: descriptors/completions
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
-    ``nested``: the fraction of points (seeded coin per point) whose recovery is cut by a
+    ``snap_points``: the fraction of ``random:N`` points drawn inside the reference run's
+    MLP snapshot copies (:meth:`CrashBench.snapshot_windows`). ``nested``: the fraction of points (seeded coin per point) whose recovery is cut by a
     second power failure (:meth:`CrashBench.nested_failure`). ``profile``: a path for
     cProfile statistics of the points loop. ``replay``: after a
     point's recovery, run the open batch ``C+1`` only (``"open"``) or every batch to the end of
@@ -89,24 +90,45 @@ class CrashParams:
     profile: str | None = None
     replay: str = "open"
     nested: float = 0.25
+    snap_points: float = 0.0
 
     def __post_init__(self):
         if self.mutate not in MUTATIONS:
             raise ValueError(f"CrashParams.mutate must be one of {MUTATIONS}, "
                              f"got {self.mutate!r}")
-        if not 0.0 <= self.nested <= 1.0:
-            raise ValueError(f"CrashParams.nested must be in [0, 1], got {self.nested!r}")
+        for name in ("nested", "snap_points"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"CrashParams.{name} must be in [0, 1], "
+                                 f"got {getattr(self, name)!r}")
         if self.replay not in ("open", "all"):
             raise ValueError(f"CrashParams.replay must be 'open' or 'all', got {self.replay!r}")
 
 
-def crash_points(spec: str, seed: int, total: int) -> list[int]:
-    """The crash cycles of ``spec`` (see the module docstring); ``total`` = reference length."""
+def crash_points(spec: str, seed: int, total: int, windows=(), in_windows: float = 0.0
+                 ) -> list[int]:
+    """The crash cycles of ``spec`` (see the module docstring); ``total`` = reference length.
+    ``random:N`` with ``windows`` (``[(start, end)]`` cycles of the reference run, the MLP
+    snapshot copies) and ``in_windows`` > 0: each point is, by a seeded coin of its own, drawn
+    uniformly inside the windows (by length) with that probability; the uniform draws are
+    those of ``in_windows = 0``."""
     spec = spec.strip()
     if spec.startswith("random:"):
         n = int(spec.split(":", 1)[1])
         rng = random.Random(f"crash-points-{seed}")
-        return [rng.randrange(0, total + 1) for _ in range(n)]
+        out = [rng.randrange(0, total + 1) for _ in range(n)]
+        spans = [(a, b) for a, b in windows if b > a]
+        if spans and in_windows > 0:
+            size = sum(b - a for a, b in spans)
+            for k in range(n):
+                r = random.Random(f"crash-snap-points-{seed}-{k}")
+                if r.random() < in_windows:
+                    x = r.randrange(size)
+                    for a, b in spans:
+                        if x < b - a:
+                            out[k] = a + x
+                            break
+                        x -= b - a
+        return out
     if spec.startswith("range:"):
         _, a, b = spec.split(":")
         return list(range(int(a), int(b)))
@@ -166,7 +188,8 @@ class CrashBench:
         # (cosim.pmem_cpp): pmem_model refuses a kind the simulator was not built for
         self.pmem = pmem_model(p.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
                                read_latency=self.latency, write_latency=self.write_latency,
-                               seed=self.seed, mem=self.wl.initial.copy(), log_writes=False)
+                               seed=self.seed, mem=self.wl.initial.copy(),
+                               log_writes=p.snap_points > 0 and bool(self.wl.snapshots))
         self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
                                 host_seed=self.seed)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
@@ -228,6 +251,7 @@ class CrashBench:
         finally:
             drv.via_host = via
         self.detach_host()
+        self.clear_write_log()
 
     def detach_host(self):
         """Stop the host (it holds no line: descriptors are uncached writes, completions
@@ -341,6 +365,7 @@ class CrashBench:
         total = self.cycle() - t0
         self.reference_phases = dict(self.drv.phase_cycles)
         await self.drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
+        self.snap_windows = self.snapshot_windows(t0)
         self.check_tables(wl.n_batches, "reference run")
         diff = nonstaging_diff(self.cfg, wl.final_image, self.pmem.mem)
         if diff:
@@ -350,6 +375,41 @@ class CrashBench:
 
     def cycle(self) -> int:
         return self.pmem.cycle
+
+    def clear_write_log(self):
+        """Forget the PMEM model's write log (kept only for :meth:`snapshot_windows`: the C++
+        model hands its whole log over with every read of its write state)."""
+        if not self.pmem.log_writes:
+            return
+        if type(self.pmem).__name__ == "CppPmemModel":
+            from cosim.pmem_cpp import _lib
+            _lib().tcxl_pmem_clear_log()
+        else:
+            self.pmem.write_log.clear()
+
+    def snapshot_windows(self, t0: int) -> list:
+        """``[(start, end)]`` (cycles from ``t0``) of the MLP snapshot copies of the run just
+        made, from the PMEM model's write log: writes into the slots region and the
+        superblock's ``mlp_slot`` word, grouped where they are more than 64 cycles apart,
+        each from its first AW to its last B (the copy's source reads come before the first
+        write, so the window starts a little late). Statistics and point placement only."""
+        if not self.pmem.log_writes:
+            return []
+        c = self.cfg
+        flip = c.superblock_base + next(off for n, off, _w in SB_FIELDS if n == "mlp_slot")
+        recs = sorted((r for r in self.pmem.write_log
+                       if (c.slots_base <= r.addr < c.slots_base + c.slots_size
+                           or r.addr == flip) and r.b_cycle is not None),
+                      key=lambda r: r.aw_cycle)
+        out = []
+        for r in recs:
+            a, b = r.aw_cycle - t0, r.b_cycle - t0
+            if out and a - out[-1][1] <= 64:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        self.clear_write_log()
+        return out
 
     # ------------------------------------------------------------------ crash images
     async def snapshot_pass(self, points) -> dict:
@@ -369,6 +429,7 @@ class CrashBench:
                 out[i] = AssertionError(f"run before the crash failed: {task.exception()!r}")
                 continue
             pseed = point_seed(self.seed, i, cycle)
+            self.clear_write_log()
             img = power_fail(self.pmem, random.Random(pseed), staging=self.staging, cycle=cycle)
             if self.mutate == "wipe_log":       # self-check: a device that never logged
                 c = self.cfg
@@ -566,12 +627,12 @@ async def crash_campaign(dut):
     t0 = time.monotonic()
     total = await tb.reference()
     spec = tb.params.points
-    points = crash_points(spec, tb.seed, total)
+    points = crash_points(spec, tb.seed, total, tb.snap_windows, tb.params.snap_points)
     skip = tb.params.skip
     tb.emit({"event": "reference", "cycles": total, "points": len(points), "skip": skip,
              "seed": tb.seed, "batches": tb.wl.n_batches, "latency": tb.latency,
              "write_latency": tb.write_latency,
-             "phase_cycles": tb.reference_phases,
+             "phase_cycles": tb.reference_phases, "snap_windows": tb.snap_windows,
              "wall_s": round(time.monotonic() - t0, 3)})
     dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
                   f"{len(points)} points ({spec}), skip {skip}")

@@ -11,11 +11,22 @@ between runs (docs/crash.md):
    one run yields the images of many points; the run is cut after the chunk's last point.
 2. Per point: power on with its crash image, recover, read ``C`` = COMMITTED; check ``C``
    against what the driver had seen at the crash (COMMIT completions read <= C <= COMMITs
-   rung), every table equal to the model's tables after batch ``C``, and the recovered image
-   (outside staging), ``C`` and ``RECOVERED_RECORDS`` equal to ``TrainingDevice.recover()`` on
-   the same crash image.
-3. Replay batches ``C+1..`` (staging data re-written), every completion equal to the model's
-   (``cycles``/``seq`` skipped), and the final tables bit-identical to the no-failure run.
+   rung), every table equal to the model's tables after batch ``C``, (MLP_SLOT, MLP_EPOCH)
+   in the set the model's run allows (``TrainingWorkload.legal_mlp``) with the model run's
+   payload in that slot, and the recovered image (outside staging), ``C``,
+   ``RECOVERED_RECORDS`` and the MLP slot equal to ``TrainingDevice.recover()`` on the same
+   crash image.
+3. Nested failure (a seeded fraction of the points): the same image recovered again with the
+   power cut during that recovery, then recovered once more; the result must be one of the
+   two outcomes the model derives from its own recovery of the image
+   (:meth:`CrashBench.nested_failure`).
+4. Replay the open batch ``C+1`` (or every batch, ``replay="all"``; staging data re-written),
+   every completion equal to the model's (``cycles``/``seq`` skipped); the tables equal the
+   no-failure run's after it and the image outside staging the golden model's run of the
+   same batches.
+
+The PMEM model is the Python one or the C++ one compiled into the simulator
+(``BenchConfig.pmem``); the host is attached only while it has work (:meth:`CrashBench.power_on`).
 
 Run parameters: :class:`CrashParams`.
 """
@@ -69,13 +80,14 @@ class CrashParams:
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
     ``snap_points``: the fraction of ``random:N`` points drawn inside the reference run's
-    MLP snapshot copies (:meth:`CrashBench.snapshot_windows`). ``nested``: the fraction of points (seeded coin per point) whose recovery is cut by a
-    second power failure (:meth:`CrashBench.nested_failure`). ``profile``: a path for
-    cProfile statistics of the points loop. ``replay``: after a
-    point's recovery, run the open batch ``C+1`` only (``"open"``) or every batch to the end of
-    the run (``"all"``); either way the golden model runs the same batches from its own
-    recovery of the crash image and the whole image outside staging must equal it, and the
-    tables must equal the no-failure run's after the last batch run.
+    MLP snapshot copies (:meth:`CrashBench.snapshot_windows`). ``nested``: the fraction of
+    points (seeded coin per point) whose recovery is cut by a second power failure
+    (:meth:`CrashBench.nested_failure`). ``profile``: a path for cProfile statistics of the
+    points loop. ``replay``: after a point's recovery, run the open batch ``C+1`` only
+    (``"open"``) or every batch to the end of the run (``"all"``); either way the golden
+    model runs the same batches from its own recovery of the crash image and the whole image
+    outside staging must equal it, and the tables must equal the no-failure run's after the
+    last batch run.
     """
     bench: BenchConfig = BenchConfig()
     seed: int = 1

@@ -3,7 +3,7 @@
 One simulator launch runs a no-failure reference run and then every crash point, with a reset
 between runs (docs/crash.md):
 
-1. *Snapshot pass* (one per chunk of ``CrashParams.chunk`` points): power on with the initial
+1. *Image pass* (one per chunk of ``CrashParams.chunk`` points): power on with the initial
    image (tables only), recover (formats a fresh superblock), configure, write all staging
    data, run the batches; at each point's ``cycle`` (cycles after DCOH ready) take its crash
    image with ``cosim.powerfail.power_fail`` (acknowledged writes kept, in-flight 8-byte words
@@ -73,7 +73,7 @@ class CrashParams:
     reference run), ``range:A:B`` (every cycle in ``[A, B)``) or a comma-separated list of
     cycles. ``skip``: points already done (resume after a simulator death); ``stop``: the index
     after the last point of this launch (None: every point), so a campaign split into tasks
-    gives each launch the points ``skip <= i < stop``. ``chunk``: points per snapshot pass.
+    gives each launch the points ``skip <= i < stop``. ``chunk``: points per image pass.
     ``workload``: keyword arguments of ``make_workload``. ``results``: JSON-lines file (one
     ``reference`` line, then ``pass``/``start``/``point`` lines; the campaign runner follows it
     for its progress bar). ``via_host``: descriptors/completions
@@ -424,7 +424,7 @@ class CrashBench:
         return out
 
     # ------------------------------------------------------------------ crash images
-    async def snapshot_pass(self, points) -> dict:
+    async def image_pass(self, points) -> dict:
         """One run of the workload from the initial image, taking the crash image of every
         ``(i, cycle)`` in ``points`` at its cycle (``power_fail`` only reads the PMEM model, so
         the run goes on unchanged); the run is cut after the last one. Returns
@@ -660,7 +660,7 @@ async def crash_campaign(dut):
     for k in range(0, len(todo), chunk):
         part = todo[k:k + chunk]
         t_pass = time.monotonic()
-        snaps = await tb.snapshot_pass(part)
+        snaps = await tb.image_pass(part)
         tb.emit({"event": "pass", "points": [i for i, _ in part],
                  "wall_s": round(time.monotonic() - t_pass, 3)})
         for i, c in part:

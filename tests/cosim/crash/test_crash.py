@@ -43,3 +43,13 @@ def test_crash_smoke(crash_build, seed, tmp_path):
     assert sum(hist.values()) == N_POINTS and len(hist) >= 2, (hist, seed)
     # the default workload snapshots the MLP: some points recover a snapshot
     assert sum(v for k, v in rep["mlp_histogram"].items() if k != "0:0") >= 1, (rep, seed)
+
+
+@pytest.mark.cosim
+def test_crash_replay_all(crash_build, seed, tmp_path):
+    """``replay="all"``: every batch after the open one is replayed too, and the image outside
+    staging still equals the golden model's run of the same batches (4 points, half nested)."""
+    cfg, b = crash_build
+    rep = run_campaign(points="random:4", seed=seed, cfg=cfg, out=tmp_path, progress=False,
+                       build=b, replay="all", nested=0.5)
+    assert rep["ok"] and rep["identical"] == 4 and rep["replay"] == "all", (seed, rep)

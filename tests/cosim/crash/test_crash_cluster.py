@@ -1,7 +1,7 @@
 """A crash campaign on a local two-worker Dask cluster equals the serial campaign: the same
 report (apart from the fields that measure wall-clock time, ``WALL_CLOCK_FIELDS``) and the same
 merged per-point results (apart from each point's ``wall_s``), for points split into two tasks
-whose index ranges do not line up with the snapshot passes of the serial run."""
+whose index ranges do not line up with the image passes of the serial run."""
 import json
 
 import pytest

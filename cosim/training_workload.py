@@ -36,7 +36,7 @@ from hw.config import DeviceConfig
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, DescKind,
                           DeviceError, unpack_fields)
 from sw_model.memory import MemoryImage
-from sw_model.training import TrainingDevice
+from sw_model.training import TrainingDevice, log_set_index
 from sw_model.workload import RegionAllocator, make_bags, make_table
 
 __all__ = ["TableSpec", "Batch", "TrainingWorkload", "make_workload", "CPL_COMPARE_SKIP"]
@@ -198,11 +198,15 @@ def _lr_fixed(x: float, frac_bits: int) -> int:
 def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300, 200, 160),
                   n_batches: int = 4, n_bags: int = 4, pooling: int = 3, alpha: float = 1.05,
                   lr: float = 0.05, ring_size: int = 16, snap_bytes: int = 0,
-                  snap_lag: int | None = None) -> TrainingWorkload:
+                  snap_lag: int | None = None, hot_set: int = 0) -> TrainingWorkload:
     """Build the workload and run it on the golden model (fresh device: format, then batches).
 
     ``snap_bytes`` > 0: a SNAPSHOT of that many bytes in every batch, with MLP_LAG =
-    ``snap_lag`` (None: not written; module docstring)."""
+    ``snap_lag`` (None: not written; module docstring). ``hot_set`` > 0: the last bag of table
+    0 in every batch also reads ``hot_set`` rows that all fall in one set of the logged set
+    (seeded set), so with more rows than ways the set overflows: those rows are logged again
+    by every LOOKUP+LOG and UPDATE that touches them (duplicate records; recovery applies the
+    oldest last). Needs ``rows[0] >= hot_set * log_set_sets``."""
     if len(dims) != len(rows):
         raise ValueError("dims and rows must have the same length")
     if snap_bytes < 0:
@@ -210,9 +214,19 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     if snap_lag is not None and not 0 <= snap_lag < 1 << 32:
         raise ValueError(f"snap_lag must fit 32 bits, got {snap_lag}")
     per_batch = 2 * len(dims) + 1 + (1 if snap_bytes else 0)
+    sets = cfg.log_set_sets
+    if hot_set and (hot_set > sets or rows[0] < hot_set * sets):
+        raise ValueError(f"hot_set={hot_set} needs at most {sets} rows and table 0 of at "
+                         f"least {hot_set * sets} rows, has {rows[0]}")
     if per_batch > ring_size - 1:
         raise ValueError(f"{per_batch} descriptors per batch do not fit a ring of {ring_size}")
     rng = np.random.default_rng(seed)
+    hot_rows = []
+    if hot_set:
+        # x = sets*j + (s ^ j): x ^ (x >> log2(sets)) = s for every j < sets (table 0)
+        s_hot = int(rng.integers(0, sets))
+        hot_rows = [sets * j + ((s_hot ^ j) & (sets - 1)) for j in range(hot_set)]
+        assert len({log_set_index(sets, 0, x) for x in hot_rows}) == 1
     mem = MemoryImage(1 << cfg.addr_bits)
     talloc = RegionAllocator(cfg.table_base, cfg.table_size)
     specs = []
@@ -246,6 +260,10 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
             # shuffle rank -> row so the hot rows are spread over the table
             perm = rng.permutation(t.rows).astype(np.uint32)
             indices = perm[indices]
+            if t.tid == 0 and hot_rows:
+                indices = np.concatenate([indices, np.array(hot_rows, np.uint32)])
+                offsets = offsets.copy()
+                offsets[-1] += len(hot_rows)
             oaddr = salloc.alloc(4 * len(offsets))
             iaddr = salloc.alloc(max(4 * len(indices), 4))
             gaddr = salloc.alloc(n_bags * t.dim * 4)

@@ -63,10 +63,14 @@ def _mlp_violations(wl, writes, cuts, legal):
     return out
 
 
-@pytest.mark.parametrize("lag", [0, 1, 2])
-def test_model_cuts_land_in_legal_outcomes(seed, lag):
+@pytest.mark.parametrize("lag, hot", [(0, 0), (1, 0), (2, 0), (1, 12)])
+def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
+    """``hot``: rows of one logged-set set per batch (``make_workload(hot_set=...)``), so the
+    set overflows and rows get duplicate undo records."""
     cfg = DeviceConfig()
-    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=lag, n_batches=4)
+    rows = (300, 200, 160) if not hot else (hot * cfg.log_set_sets, 200, 160)
+    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=lag, n_batches=4, hot_set=hot,
+                       rows=rows)
     writes = _write_stream(wl)
     rng = random.Random(f"model-cuts-{seed}-{lag}")
     snap_cuts = [p for p, w in enumerate(writes) if cfg.slots_base <= w[0] <

@@ -103,8 +103,10 @@ formal: $(STAMP)
 stress: $(STAMP)
 	$(TCXL) stress --messages $(or $(MESSAGES),1000000) --seed $(or $(SEED),1) $(if $(BLOCKS),--blocks $(BLOCKS)) $(if $(WORKERS),--workers $(WORKERS))
 
-# Power-failure campaign (docs/crash.md): a multi-batch training workload cut at POINTS crash
-# points (seeded), each recovered, checked against the golden model and replayed to the end;
+# Power-failure campaign (docs/crash.md): a multi-batch training workload (an MLP snapshot per
+# batch) cut at POINTS crash points (seeded; some inside snapshot copies, a quarter also cut
+# again during their recovery), each recovered, checked against the golden model's legal
+# outcomes and its open batch replayed; C++ PMEM model (its own build, 2-4 min cold);
 # report in build/crash/report.json, exit 1 on any failure. WORKERS=N (crash, study, stress, bench):
 # a local Dask cluster of N worker processes (docs/campaigns.md)
 crash: $(STAMP)

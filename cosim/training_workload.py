@@ -16,6 +16,15 @@ uniform length 0..2*pooling (empty bags occur). Gradients are int32 normals; tab
 present) updates with the descriptor's lr (flag ``DESC_LR``), the others with the LR CSR.
 Each UPDATE uses its table's LOOKUP bags (rows already logged by the LOOKUP), except table 1's,
 which has bags of its own so the UPDATE's synchronous logging path runs too.
+
+MLP snapshots (``snap_bytes`` > 0, docs/training.md section 9): every batch ``b`` also holds
+SNAPSHOT(``b``) after its UPDATEs, before its COMMIT, of ``snap_bytes`` seeded bytes from a
+buffer of its own (unaligned, never rewritten), with the lag bound ``snap_lag`` (k) written to
+MLP_LAG. A snapshot every batch keeps every replay after a crash valid whatever slot recovery
+chose (COMMIT(``b``) either passes ``b - P <= k`` or waits for the in-flight SNAPSHOT(``b``)), so
+the descriptors and completions of a batch never depend on where a run was cut.
+:meth:`TrainingWorkload.legal_mlp` gives the MLP slots recovery may report after a cut, from
+the model's own run.
 """
 from __future__ import annotations
 
@@ -27,7 +36,7 @@ from hw.config import DeviceConfig
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, DescKind,
                           DeviceError, unpack_fields)
 from sw_model.memory import MemoryImage
-from sw_model.training import TrainingDevice
+from sw_model.training import TrainingDevice, log_set_index
 from sw_model.workload import RegionAllocator, make_bags, make_table
 
 __all__ = ["TableSpec", "Batch", "TrainingWorkload", "make_workload", "CPL_COMPARE_SKIP"]
@@ -58,6 +67,7 @@ class Batch:
     expect: list             # [dict] model completions (CPL_FIELDS; cycles 0)
     tables_after: dict       # {tid: bytes} after the COMMIT
     out_areas: list = field(default_factory=list)   # [(addr, nbytes)] LOOKUP outputs
+    snap: tuple | None = None  # (epoch, slot index, payload bytes) of its SNAPSHOT, if any
 
 
 @dataclass
@@ -74,6 +84,7 @@ class TrainingWorkload:
     batches: list            # [Batch]
     final_image: MemoryImage  # model memory after the whole run (no completions written)
     model_recover_records: int = 0
+    mlp_lag: int | None = None   # MLP_LAG written at configuration (None: reset value)
 
     @property
     def n_batches(self) -> int:
@@ -118,7 +129,61 @@ class TrainingWorkload:
         for t in self.tables:
             dev.set_table(t.tid, t.base, t.rows, t.dim)
         dev.lr = self.lr
+        if self.mlp_lag is not None:
+            dev.csr_write("MLP_LAG", self.mlp_lag)
         return dev
+
+    @property
+    def snapshots(self) -> list:
+        """``[(epoch, slot index, payload)]`` of the model's run, in order."""
+        return [b.snap for b in self.batches if b.snap is not None]
+
+    def legal_mlp(self, committed: int, batches_rung: int, batches_read: int) -> set:
+        """The ``(MLP_SLOT, MLP_EPOCH)`` pairs recovery may report after a cut, from the model's
+        run: ``committed`` = the recovered C, ``batches_rung`` = batches whose doorbell was
+        rung before the cut (their SNAPSHOT may have been accepted), ``batches_read`` =
+        batches whose completions the host had read.
+
+        Snapshots complete in order, so the cut leaves ``n`` of them complete, between
+        ``n_lo`` and ``n_hi``: ``n_hi`` = SNAPSHOTs rung; ``n_lo`` from what the host saw: a
+        SNAPSHOT completion read means the previous snapshot was done (a SNAPSHOT waits for the
+        one in flight), a COMMIT(``b``) completion read means a snapshot of epoch >= ``b - k``
+        was done. With ``n`` complete, snapshot ``n``'s slot holds it and the other slot
+        snapshot ``n-1``'s, unless snapshot ``n+1`` (accepted, ``n < n_hi``) was being written
+        there: then that slot is torn (invalid) (once its header has landed it counts as
+        complete). Recovery chooses the valid slot with the larger epoch ``<= committed``."""
+        snaps = [(b.batch, b.snap) for b in self.batches if b.snap is not None]
+        rung = [s for bb, s in snaps if bb <= batches_rung]
+        read = [s for bb, s in snaps if bb <= batches_read]
+        n_hi = len(rung)
+        n_lo = max(0, len(read) - 1)
+        k = self.mlp_lag
+        if k is not None:
+            for b in range(1, batches_read + 1):     # COMMIT(b) completed: P >= b - k
+                need = [j for j, s in enumerate(snaps, 1) if s[1][0] >= b - k]
+                if b - k > 0 and need:
+                    n_lo = max(n_lo, need[0])
+        n_lo = min(n_lo, n_hi)
+
+        def chosen(slots):
+            best = None
+            for i in (0, 1):
+                s = slots.get(i)
+                if s is not None and s[0] <= committed and (best is None or s[0] > best[1]):
+                    best = (i, s[0])
+            return (0, 0) if best is None else (best[0] + 1, best[1])
+
+        out = set()
+        for n in range(n_lo, n_hi + 1):
+            slots = {}
+            for e, i, _p in rung[:n]:
+                slots[i] = (e,)
+            out.add(chosen(slots))
+            if n < n_hi:
+                torn = dict(slots)
+                torn.pop(rung[n][1], None)       # snapshot n+1's slot, being overwritten
+                out.add(chosen(torn))
+        return out
 
     @staticmethod
     def cpl_mismatches(want: dict, got: dict) -> dict:
@@ -132,14 +197,36 @@ def _lr_fixed(x: float, frac_bits: int) -> int:
 
 def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300, 200, 160),
                   n_batches: int = 4, n_bags: int = 4, pooling: int = 3, alpha: float = 1.05,
-                  lr: float = 0.05, ring_size: int = 16) -> TrainingWorkload:
-    """Build the workload and run it on the golden model (fresh device: format, then batches)."""
+                  lr: float = 0.05, ring_size: int = 16, snap_bytes: int = 0,
+                  snap_lag: int | None = None, hot_set: int = 0) -> TrainingWorkload:
+    """Build the workload and run it on the golden model (fresh device: format, then batches).
+
+    ``snap_bytes`` > 0: a SNAPSHOT of that many bytes in every batch, with MLP_LAG =
+    ``snap_lag`` (None: not written; module docstring). ``hot_set`` > 0: the last bag of table
+    0 in every batch also reads ``hot_set`` rows that all fall in one set of the logged set
+    (seeded set), so with more rows than ways the set overflows: those rows are logged again
+    by every LOOKUP+LOG and UPDATE that touches them (duplicate records; recovery applies the
+    oldest last). Needs ``rows[0] >= hot_set * log_set_sets``."""
     if len(dims) != len(rows):
         raise ValueError("dims and rows must have the same length")
-    per_batch = 2 * len(dims) + 1
+    if snap_bytes < 0:
+        raise ValueError(f"snap_bytes must be >= 0, got {snap_bytes}")
+    if snap_lag is not None and not 0 <= snap_lag < 1 << 32:
+        raise ValueError(f"snap_lag must fit 32 bits, got {snap_lag}")
+    per_batch = 2 * len(dims) + 1 + (1 if snap_bytes else 0)
+    sets = cfg.log_set_sets
+    if hot_set and (hot_set > sets or rows[0] < hot_set * sets):
+        raise ValueError(f"hot_set={hot_set} needs at most {sets} rows and table 0 of at "
+                         f"least {hot_set * sets} rows, has {rows[0]}")
     if per_batch > ring_size - 1:
         raise ValueError(f"{per_batch} descriptors per batch do not fit a ring of {ring_size}")
     rng = np.random.default_rng(seed)
+    hot_rows = []
+    if hot_set:
+        # x = sets*j + (s ^ j): x ^ (x >> log2(sets)) = s for every j < sets (table 0)
+        s_hot = int(rng.integers(0, sets))
+        hot_rows = [sets * j + ((s_hot ^ j) & (sets - 1)) for j in range(hot_set)]
+        assert len({log_set_index(sets, 0, x) for x in hot_rows}) == 1
     mem = MemoryImage(1 << cfg.addr_bits)
     talloc = RegionAllocator(cfg.table_base, cfg.table_size)
     specs = []
@@ -158,6 +245,8 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     for t in specs:
         dev.set_table(t.tid, t.base, t.rows, t.dim)
     dev.lr = lr_csr
+    if snap_lag is not None:
+        dev.csr_write("MLP_LAG", snap_lag)
     rec = dev.recover()
     tables0 = {t.tid: initial.read(t.base, t.nbytes) for t in specs}
     batches = []
@@ -171,6 +260,10 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
             # shuffle rank -> row so the hot rows are spread over the table
             perm = rng.permutation(t.rows).astype(np.uint32)
             indices = perm[indices]
+            if t.tid == 0 and hot_rows:
+                indices = np.concatenate([indices, np.array(hot_rows, np.uint32)])
+                offsets = offsets.copy()
+                offsets[-1] += len(hot_rows)
             oaddr = salloc.alloc(4 * len(offsets))
             iaddr = salloc.alloc(max(4 * len(indices), 4))
             gaddr = salloc.alloc(n_bags * t.dim * 4)
@@ -203,6 +296,15 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 tag=tag, batch=b, n_bags=n_bags, lr=lr_desc if use_desc_lr else 0,
                 offsets_addr=oaddr, indices_addr=iaddr, grads_addr=gaddr))
             tag += 1
+        snap = None
+        if snap_bytes:
+            # its own buffer, at an unaligned start (the engine realigns)
+            src = salloc.alloc(snap_bytes + 64) + (8 * b + 4) % 64
+            payload = rng.integers(0, 256, snap_bytes, dtype=np.uint8).tobytes()
+            staging.append((src, payload))
+            descs.append(TrainingDevice.make_desc(kind=DescKind.SNAPSHOT, tag=tag, batch=b,
+                                                  data_addr=src, length=snap_bytes))
+            tag += 1
         descs.append(TrainingDevice.make_desc(kind=DescKind.COMMIT, tag=tag, batch=b))
         tag += 1
         for a, data in staging:
@@ -214,10 +316,12 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 raise RuntimeError(f"workload seed {seed}: model completion {c} is an error; "
                                    "the crash campaign needs an error-free workload")
             expect.append(c)
+        if snap_bytes:
+            snap = (b, dev.mlp_slot - 1, payload)
         batches.append(Batch(b, staging, descs, expect,
-                             {t.tid: mem.read(t.base, t.nbytes) for t in specs}, outs))
+                             {t.tid: mem.read(t.base, t.nbytes) for t in specs}, outs, snap))
     return TrainingWorkload(cfg=cfg, seed=seed, tables=specs, lr=lr_csr, ring_base=ring_base,
                             ring_size=ring_size, cpl_base=cpl_base, initial=initial,
                             tables0=tables0, batches=batches, final_image=mem,
-                            model_recover_records=rec)
+                            model_recover_records=rec, mlp_lag=snap_lag)
 

@@ -43,6 +43,18 @@ DEFAULT_TASK_POINTS = 100
 # report fields that measure wall-clock time: the only ones in which a campaign on a cluster
 # may differ from the serial campaign of the same points
 WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
+# the PMEM model on the media port: "cpp" (cosim.pmem_cpp, compiled into the simulator, its own
+# build) gives the same images and verdicts as "python" (cosim.pmem) for the same seed and
+# points, in less time (docs/crash.md, "Speed")
+PMEM_MODELS = ("python", "cpp")
+DEFAULT_PMEM = "cpp"
+# the campaign's workload (cosim.training_workload.make_workload arguments): a SNAPSHOT of
+# 3000 bytes (47 lines, unaligned source) in every batch, lag bound k = 1 (MLP_LAG)
+DEFAULT_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1}
+# fraction of the points whose recovery is cut by a second power failure (nested failure)
+DEFAULT_NESTED = 0.25
+# fraction of the random points drawn inside the reference run's MLP snapshot copies
+DEFAULT_SNAP_POINTS = 0.2
 
 
 def _expected_points(spec: str) -> int | None:
@@ -64,6 +76,13 @@ def _read_lines(path: Path) -> list[dict]:
         except json.JSONDecodeError:
             pass            # a line being written
     return out
+
+
+def _histogram(keys) -> dict:
+    out = {}
+    for k in keys:
+        out[k] = out.get(k, 0) + 1
+    return dict(sorted(out.items()))
 
 
 def summarize(records: list[dict], *, requested: int | None = None) -> dict:
@@ -95,6 +114,15 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
         "points_with_inflight_writes": sum(1 for p in pts if p.get("writes_in_flight")),
         "recovered_records_total": sum(p.get("recovered_records") or 0 for p in pts),
         "point_wall_s_mean": round(sum(walls) / len(walls), 3) if walls else None,
+        "mlp_histogram": _histogram(f"{p['mlp_slot']}:{p['mlp_epoch']}" for p in pts
+                                    if p.get("mlp_slot") is not None),
+        "points_in_snapshot_copy": sum(1 for p in pts if p.get("snap_writes_in_flight")
+                                       or p.get("slots_torn")),
+        "nested_points": sum(1 for p in pts if p.get("nested")),
+        "nested_outcomes": {k: sum(1 for p in pts if p.get("nested_outcome") == k)
+                            for k in ("again", "done")},
+        "nested_words_survived": sum(p.get("nested_words_survived", 0) for p in pts),
+        "nested_words_lost": sum(p.get("nested_words_lost", 0) for p in pts),
         "failures": failures,
     }
     return rep
@@ -123,6 +151,10 @@ class CrashPart:
     mutate: str
     max_restarts: int
     profile: str | None = None
+    pmem: str = DEFAULT_PMEM
+    replay: str = "open"
+    nested: float = DEFAULT_NESTED
+    snap_points: float = DEFAULT_SNAP_POINTS
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -143,17 +175,19 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
 
     build = part.build
     if not cb.is_built(build):
-        build = cb.device_build(part.cfg)
+        build = cb.device_build(part.cfg, pmem=part.pmem)
     out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
     skip, restarts, sim_errors = part.start, 0, []
     while True:
         run_params = CrashParams(
-            bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency),
+            bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency,
+                              pmem=part.pmem),
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
-            mutate=part.mutate, profile=part.profile)
+            mutate=part.mutate, profile=part.profile, replay=part.replay,
+            nested=part.nested, snap_points=part.snap_points)
         box = {}
 
         def target():
@@ -216,7 +250,8 @@ def merge_parts(parts: list[dict]) -> tuple[list[dict], list[str]]:
     reference run)."""
     refs = [r for p in parts for r in p["records"] if r.get("event") == "reference"]
     problems = []
-    keys = ("cycles", "points", "batches", "latency", "write_latency", "phase_cycles")
+    keys = ("cycles", "points", "batches", "latency", "write_latency", "phase_cycles",
+            "snap_windows")
     if refs and any({k: r.get(k) for k in keys} != {k: refs[0].get(k) for k in keys}
                     for r in refs[1:]):
         problems.append("the tasks' reference runs differ: "
@@ -235,7 +270,9 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  workload: dict | None = None, via_host: bool = True, max_restarts: int = 5,
                  progress: bool = True, build=None, chunk: int = 25, mutate: str = "",
                  profile: Path | None = None, executor=None,
-                 task_points: int = DEFAULT_TASK_POINTS) -> dict:
+                 task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM,
+                 replay: str = "open", nested: float = DEFAULT_NESTED,
+                 snap_points: float = DEFAULT_SNAP_POINTS) -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -243,12 +280,17 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     their results are merged by point index into ``out/points.jsonl`` and one report, the same
     for any split of the same points (fields that measure wall-clock time excepted:
     :data:`WALL_CLOCK_FIELDS`). The simulator is built here, before any task starts, so every
-    worker sharing this machine's cache (or a shared filesystem) finds it built.
+    worker sharing this machine's cache (or a shared filesystem) finds it built. ``pmem``: the
+    PMEM model, ``"cpp"`` or ``"python"`` (a ``build`` passed in must be the matching
+    ``cosim.build.device_build(cfg, pmem=pmem)``).
     """
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
 
+    if pmem not in PMEM_MODELS:
+        raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
     cfg = cfg or DeviceConfig()
+    workload = dict(DEFAULT_WORKLOAD if workload is None else workload)
     executor = executor or SerialExecutor()
     out = Path(out).resolve()     # the runner and the workers may change directory
     out.mkdir(parents=True, exist_ok=True)
@@ -256,7 +298,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results.write_text("")
     t0 = time.monotonic()
     if build is None:
-        build = cb.device_build(cfg)
+        build = cb.device_build(cfg, pmem=pmem)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     workers = None if isinstance(executor, SerialExecutor) else executor.workers
@@ -267,6 +309,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        cfg=cfg, points=points, seed=seed, latency=latency,
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
+                       pmem=pmem, replay=replay, nested=nested, snap_points=snap_points,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -279,7 +322,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep = summarize(records, requested=expected)
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
-               workload=workload or {}, via_host=via_host,
+               workload=workload or {}, via_host=via_host, pmem=pmem, replay=replay,
+               nested=nested, snap_points=snap_points,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -303,12 +347,31 @@ def main(argv=None) -> int:
                    help="PMEM write latency (cycles)")
     p.add_argument("--chunk", type=int, default=25,
                    help="crash images taken per pass of the workload")
-    p.add_argument("--workload", default="{}", help="JSON keyword arguments of make_workload")
+    p.add_argument("--workload", default=json.dumps(DEFAULT_WORKLOAD),
+                   help="JSON keyword arguments of make_workload (default "
+                        f"{json.dumps(DEFAULT_WORKLOAD)}; {{}}: no snapshots)")
     p.add_argument("--backdoor", action="store_true",
                    help="descriptors/completions backdoor instead of through the CXL.mem host")
-    p.add_argument("--mutate", default="", choices=["", "wipe_log"],
+    p.add_argument("--mutate", default="", choices=["", "wipe_log", "epoch_first", "wipe_slots"],
                    help="self-check: wipe_log erases the undo log from every crash image, so "
-                        "points that crash inside a batch must fail")
+                        "points that crash inside a batch must fail; epoch_first gives every "
+                        "nested failure the first image with the epoch already advanced, so "
+                        "nested points that had rows to roll back must fail; wipe_slots erases "
+                        "both MLP snapshot slot headers from every crash image")
+    p.add_argument("--snap-points", type=float, default=DEFAULT_SNAP_POINTS,
+                   help="fraction of the random points (seeded) drawn inside the reference "
+                        f"run's MLP snapshot copies (default {DEFAULT_SNAP_POINTS})")
+    p.add_argument("--nested", type=float, default=DEFAULT_NESTED,
+                   help="fraction of the points (seeded) whose recovery is cut by a second "
+                        f"power failure (default {DEFAULT_NESTED})")
+    p.add_argument("--pmem", default=DEFAULT_PMEM, choices=PMEM_MODELS,
+                   help="PMEM model on the media port: cpp (compiled into the simulator, its "
+                        "own build) or python (cosim.pmem); same images and verdicts "
+                        f"(default {DEFAULT_PMEM})")
+    p.add_argument("--replay", default="open", choices=["open", "all"],
+                   help="after recovery run the open batch C+1 only (default) or every batch "
+                        "to the end; the model runs the same batches and the image outside "
+                        "staging must equal it")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--profile", type=Path, default=None,
@@ -323,6 +386,9 @@ def main(argv=None) -> int:
     if a.task_points < 1:
         p.error(f"--task-points must be >= 1, got {a.task_points}")
     from hw.config import CONFIGS, named
+    for name in ("nested", "snap_points"):
+        if not 0.0 <= getattr(a, name) <= 1.0:
+            p.error(f"--{name.replace('_', '-')} must be in [0, 1], got {getattr(a, name)}")
     if a.points < 1 or a.latency < 1 or a.write_latency < 1 or a.chunk < 1:
         p.error("--points, --latency, --write-latency and --chunk must be >= 1")
     if a.config not in CONFIGS:
@@ -346,7 +412,9 @@ def main(argv=None) -> int:
                                latency=a.latency, write_latency=a.write_latency, chunk=a.chunk,
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,
-                               profile=a.profile, executor=ex, task_points=a.task_points)
+                               profile=a.profile, executor=ex, task_points=a.task_points,
+                               pmem=a.pmem, replay=a.replay, nested=a.nested,
+                               snap_points=a.snap_points)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@
 One simulator launch runs a no-failure reference run and then every crash point, with a reset
 between runs (docs/crash.md):
 
-1. *Snapshot pass* (one per chunk of ``CrashParams.chunk`` points): power on with the initial
+1. *Image pass* (one per chunk of ``CrashParams.chunk`` points): power on with the initial
    image (tables only), recover (formats a fresh superblock), configure, write all staging
    data, run the batches; at each point's ``cycle`` (cycles after DCOH ready) take its crash
    image with ``cosim.powerfail.power_fail`` (acknowledged writes kept, in-flight 8-byte words
@@ -11,11 +11,22 @@ between runs (docs/crash.md):
    one run yields the images of many points; the run is cut after the chunk's last point.
 2. Per point: power on with its crash image, recover, read ``C`` = COMMITTED; check ``C``
    against what the driver had seen at the crash (COMMIT completions read <= C <= COMMITs
-   rung), every table equal to the model's tables after batch ``C``, and the recovered image
-   (outside staging), ``C`` and ``RECOVERED_RECORDS`` equal to ``TrainingDevice.recover()`` on
-   the same crash image.
-3. Replay batches ``C+1..`` (staging data re-written), every completion equal to the model's
-   (``cycles``/``seq`` skipped), and the final tables bit-identical to the no-failure run.
+   rung), every table equal to the model's tables after batch ``C``, (MLP_SLOT, MLP_EPOCH)
+   in the set the model's run allows (``TrainingWorkload.legal_mlp``) with the model run's
+   payload in that slot, and the recovered image (outside staging), ``C``,
+   ``RECOVERED_RECORDS`` and the MLP slot equal to ``TrainingDevice.recover()`` on the same
+   crash image.
+3. Nested failure (a seeded fraction of the points): the same image recovered again with the
+   power cut during that recovery, then recovered once more; the result must be one of the
+   two outcomes the model derives from its own recovery of the image
+   (:meth:`CrashBench.nested_failure`).
+4. Replay the open batch ``C+1`` (or every batch, ``replay="all"``; staging data re-written),
+   every completion equal to the model's (``cycles``/``seq`` skipped); the tables equal the
+   no-failure run's after it and the image outside staging the golden model's run of the
+   same batches.
+
+The PMEM model is the Python one or the C++ one compiled into the simulator
+(``BenchConfig.pmem``); the host is attached only while it has work (:meth:`CrashBench.power_on`).
 
 Run parameters: :class:`CrashParams`.
 """
@@ -29,18 +40,28 @@ from dataclasses import dataclass, field
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import RisingEdge, Timer
+from cocotb.triggers import First, RisingEdge, Timer
 
 from cosim import params
-from cosim.device_driver import DeviceDriver
-from cosim.pmem import PmemModel
+from cosim.device_driver import DeviceDriver, DriverError
+from cosim.pmem_cpp import pmem_model
 from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
-from hw.encodings import DescKind
+from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
+from sw_model.training import read_snap_slot, snap_slot_addr, snap_slot_bytes, snap_slot_valid
 
 CLOCK_NS = 10
+# self-checks (CrashParams.mutate): wipe_log erases the undo log from every crash image;
+# epoch_first makes every nested failure's image the first image with the recovery epoch
+# already advanced (a device that persisted its epoch write before its rollback writes)
+# wipe_slots erases both MLP snapshot slot headers from every crash image
+MUTATIONS = ("", "wipe_log", "epoch_first", "wipe_slots")
+# device -> host channels: while no host is attached (recovery) their ready is held low, so a
+# message the device tried to send stays visible (valid) when the host attaches
+S2M_CHANNELS = ("s2m_ndr", "s2m_drs", "s2m_bisnp")
+M2S_CHANNELS = ("m2s_req", "m2s_rwd", "m2s_birsp")
 
 
 @dataclass(frozen=True)
@@ -52,13 +73,21 @@ class CrashParams:
     reference run), ``range:A:B`` (every cycle in ``[A, B)``) or a comma-separated list of
     cycles. ``skip``: points already done (resume after a simulator death); ``stop``: the index
     after the last point of this launch (None: every point), so a campaign split into tasks
-    gives each launch the points ``skip <= i < stop``. ``chunk``: points per snapshot pass.
+    gives each launch the points ``skip <= i < stop``. ``chunk``: points per image pass.
     ``workload``: keyword arguments of ``make_workload``. ``results``: JSON-lines file (one
     ``reference`` line, then ``pass``/``start``/``point`` lines; the campaign runner follows it
     for its progress bar). ``via_host``: descriptors/completions
     through the CXL.mem host (else backdoor). ``mutate``: ``wipe_log`` erases the undo log from
     every crash image, a self-check that the campaign fails when rollback is impossible.
-    ``profile``: a path for cProfile statistics of the points loop.
+    ``snap_points``: the fraction of ``random:N`` points drawn inside the reference run's
+    MLP snapshot copies (:meth:`CrashBench.snapshot_windows`). ``nested``: the fraction of
+    points (seeded coin per point) whose recovery is cut by a second power failure
+    (:meth:`CrashBench.nested_failure`). ``profile``: a path for cProfile statistics of the
+    points loop. ``replay``: after a point's recovery, run the open batch ``C+1`` only
+    (``"open"``) or every batch to the end of the run (``"all"``); either way the golden
+    model runs the same batches from its own recovery of the crash image and the whole image
+    outside staging must equal it, and the tables must equal the no-failure run's after the
+    last batch run.
     """
     bench: BenchConfig = BenchConfig()
     seed: int = 1
@@ -71,23 +100,56 @@ class CrashParams:
     via_host: bool = True
     mutate: str = ""
     profile: str | None = None
+    replay: str = "open"
+    nested: float = 0.25
+    snap_points: float = 0.0
 
     def __post_init__(self):
-        if self.mutate not in ("", "wipe_log"):
-            raise ValueError(f"CrashParams.mutate must be '' or 'wipe_log', got {self.mutate!r}")
+        if self.mutate not in MUTATIONS:
+            raise ValueError(f"CrashParams.mutate must be one of {MUTATIONS}, "
+                             f"got {self.mutate!r}")
+        for name in ("nested", "snap_points"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"CrashParams.{name} must be in [0, 1], "
+                                 f"got {getattr(self, name)!r}")
+        if self.replay not in ("open", "all"):
+            raise ValueError(f"CrashParams.replay must be 'open' or 'all', got {self.replay!r}")
 
 
-def crash_points(spec: str, seed: int, total: int) -> list[int]:
-    """The crash cycles of ``spec`` (see the module docstring); ``total`` = reference length."""
+def crash_points(spec: str, seed: int, total: int, windows=(), in_windows: float = 0.0
+                 ) -> list[int]:
+    """The crash cycles of ``spec`` (see the module docstring); ``total`` = reference length.
+    ``random:N`` with ``windows`` (``[(start, end)]`` cycles of the reference run, the MLP
+    snapshot copies) and ``in_windows`` > 0: each point is, by a seeded coin of its own, drawn
+    uniformly inside the windows (by length) with that probability; the uniform draws are
+    those of ``in_windows = 0``."""
     spec = spec.strip()
     if spec.startswith("random:"):
         n = int(spec.split(":", 1)[1])
         rng = random.Random(f"crash-points-{seed}")
-        return [rng.randrange(0, total + 1) for _ in range(n)]
+        out = [rng.randrange(0, total + 1) for _ in range(n)]
+        spans = [(a, b) for a, b in windows if b > a]
+        if spans and in_windows > 0:
+            size = sum(b - a for a, b in spans)
+            for k in range(n):
+                r = random.Random(f"crash-snap-points-{seed}-{k}")
+                if r.random() < in_windows:
+                    x = r.randrange(size)
+                    for a, b in spans:
+                        if x < b - a:
+                            out[k] = a + x
+                            break
+                        x -= b - a
+        return out
     if spec.startswith("range:"):
         _, a, b = spec.split(":")
         return list(range(int(a), int(b)))
     return [int(x) for x in spec.split(",") if x.strip()]
+
+
+def is_nested(seed: int, i: int, cycle: int, fraction: float) -> bool:
+    """Whether point ``i`` also gets a power failure during its recovery (seeded coin)."""
+    return random.Random(f"crash-nest-coin-{seed}-{i}-{cycle}").random() < fraction
 
 
 def point_seed(seed: int, i: int, cycle: int) -> int:
@@ -95,14 +157,19 @@ def point_seed(seed: int, i: int, cycle: int) -> int:
 
 
 def nonstaging_diff(cfg: DeviceConfig, a, b, limit: int = 4) -> list:
-    """Line addresses (outside staging) where memories ``a`` and ``b`` differ."""
+    """Line addresses (outside staging) where memories ``a`` and ``b`` differ (a line neither
+    holds reads as its fill in both). Compares the line dicts directly: the C++ PMEM model's
+    ``_lines`` is one bulk copy of its store, where a read per line is a call into C++."""
     s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    la, lb = a._lines, b._lines
+    fa, fb = a._fill_line, b._fill_line
     out = []
-    for la in sorted(set(a._lines) | set(b._lines)):
-        if s0 <= la < s1:
+    for addr in sorted(set(la) | set(lb)):
+        if s0 <= addr < s1:
             continue
-        if a.read(la, 64) != b.read(la, 64):
-            out.append(la)
+        x, y = la.get(addr), lb.get(addr)
+        if (fa if x is None else x) != (fb if y is None else y):
+            out.append(addr)
             if len(out) >= limit:
                 break
     return out
@@ -129,13 +196,27 @@ class CrashBench:
         self.wl: TrainingWorkload = make_workload(self.cfg, self.seed, **p.workload)
         self.results_path = p.results
         cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
-        self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=self.latency,
-                              write_latency=self.write_latency, seed=self.seed,
-                              mem=self.wl.initial.copy(), log_writes=False)
+        # the Python model (cosim.pmem) or the one compiled into the simulator
+        # (cosim.pmem_cpp): pmem_model refuses a kind the simulator was not built for
+        self.pmem = pmem_model(p.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
+                               read_latency=self.latency, write_latency=self.write_latency,
+                               seed=self.seed, mem=self.wl.initial.copy(),
+                               log_writes=p.snap_points > 0 and bool(self.wl.snapshots))
         self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
                                 host_seed=self.seed)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
         self.mutate = p.mutate
+        if p.via_host:
+            # the host has nothing to do while the device executes a doorbell's descriptors
+            # (DeviceDriver.submit: host writes of the descriptors, doorbell, wait_head, host
+            # reads of the completions): detach it for the wait (see power_on)
+            wait_head = self.drv.wait_head
+
+            async def wait_head_detached(target, timeout=500_000):
+                self.detach_host()
+                await wait_head(target, timeout)
+                self.attach_host()
+            self.drv.wait_head = wait_head_detached
 
     def emit(self, rec: dict):
         if self.results_path:
@@ -143,16 +224,20 @@ class CrashBench:
                 f.write(json.dumps(rec) + "\n")
 
     # ------------------------------------------------------------------ one run of batches
-    async def run_batches(self, first: int, prog: Progress, *, recover=True):
-        """Recover (optional), configure, write staging of batches ``first..`` and run them,
-        checking every completion against the model."""
+    async def run_batches(self, first: int, prog: Progress, *, recover=True, last=None):
+        """Recover (optional), configure, write staging of batches ``first..last`` (default:
+        to the end) and run them, checking every completion against the model."""
         wl, drv = self.wl, self.drv
+        batches = wl.batches[first - 1:last]
         if recover:
-            await drv.recover()
+            await self.recover()
+        self.attach_host()
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
-        for b in wl.batches[first - 1:]:
+        if wl.mlp_lag is not None:
+            await drv.write("MLP_LAG", wl.mlp_lag)
+        for b in batches:
             drv.write_staging(b.staging)
-        for b in wl.batches[first - 1:]:
+        for b in batches:
             prog.commits_rung += 1          # the doorbell below includes the COMMIT
             cpls = await drv.submit(b.descs)
             for k, (want, got) in enumerate(zip(b.expect, cpls)):
@@ -163,6 +248,114 @@ class CrashBench:
                                          f"differ (model, RTL): {bad}")
             prog.commits_done += 1
             prog.batches_done = b.batch
+
+    # ------------------------------------------------------------------ power, host, recovery
+    async def power_on(self, image):
+        """Power cycle with ``image`` as the media, without a host: the host model's channel
+        loop wakes Python on every clock edge, and recovery (thousands of cycles) never talks
+        to the host, so it is attached only when it has work (:meth:`attach_host`). Until
+        then the device->host channels are not ready, so a message sent meanwhile is caught
+        there, not lost."""
+        drv = self.drv
+        via, drv.via_host = drv.via_host, False
+        try:
+            await drv.power_cycle(in_reset=lambda: drv.load_image(image))
+        finally:
+            drv.via_host = via
+        self.detach_host()
+        self.clear_write_log()
+
+    def detach_host(self):
+        """Stop the host (it holds no line: descriptors are uncached writes, completions
+        SnpCur reads) and hold the device->host channels not ready until :meth:`attach_host`.
+        Fails if the host was still offering a message (it must have finished its work)."""
+        if self.drv.host is not None:
+            busy = [ch for ch in M2S_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
+            if busy:
+                raise AssertionError(f"host detached with a message offered on {busy}")
+        self.drv.stop_host()
+        for ch in S2M_CHANNELS:
+            getattr(self.dut, f"{ch}__ready").value = 0
+
+    def attach_host(self):
+        """A fresh CXL.mem host (as ``power_cycle`` makes), unless one is attached already;
+        fails if the device offered a host message while none was."""
+        drv = self.drv
+        if not drv.via_host or drv.host is not None:
+            return
+        sent = [ch for ch in S2M_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
+        if sent:
+            raise AssertionError(f"the device offered a message on {sent} while no host was "
+                                 "attached (recovery and descriptor execution must send none "
+                                 "to a host that holds no line)")
+        drv.new_host()
+
+    async def start_recover(self):
+        """IRQ_ENABLE = RECOVERED|ERR, then CONTROL.RECOVER (recovery starts)."""
+        drv = self.drv
+        await drv.write("IRQ_ENABLE", drv.IRQ_RECOVERED | drv.IRQ_ERR)
+        await drv.write("CONTROL", 1)
+
+    async def wait_until(self, t_start: int, cycle: int):
+        """Return at cycle ``cycle`` counted from ``t_start``, the edge settled (no wait if it
+        is past). One Timer to half a period before the edge (ClockCycles would wake Python on
+        every edge), then the edge itself, then the PMEM model's settle (docs/crash.md, "When
+        the power fails"): every handshake of that edge is in a crash image, none of the
+        next."""
+        ahead = cycle - (self.cycle() - t_start)
+        if ahead > 0:
+            period = self.pmem.period
+            await Timer(ahead * period - period // 2, "step")
+            await RisingEdge(self.dut.clk)
+            await self.pmem.settle()
+
+    async def recover(self, timeout: int = 200_000) -> int:
+        """CONTROL.RECOVER and wait for READY as ``DeviceDriver.recover`` does (same errors),
+        sleeping on the interrupt (IRQ_ENABLE.RECOVERED|ERR) between STATUS reads instead of
+        polling every 16 cycles (a poll wakes Python on every edge). Returns COMMITTED."""
+        drv, irq = self.drv, self.dut.irq
+        t0 = self.pmem.cycle
+        await self.start_recover()
+        while True:
+            st = await drv.read("STATUS")
+            if st & drv.STATUS_READY and not st & drv.STATUS_RECOVERING:
+                break
+            if st & drv.STATUS_ERROR and not st & (drv.STATUS_READY | drv.STATUS_RECOVERING):
+                raise DriverError(f"recovery stopped unready: {await drv.error_state()}")
+            waited = self.pmem.cycle - t0
+            if waited >= timeout:
+                raise DriverError(f"recovery not complete after {waited} cycles: "
+                                  f"{await drv.error_state()}")
+            if not irq.value:
+                await First(RisingEdge(irq), Timer(4096 * self.pmem.period, "step"))
+        drv._phase("recover", t0)
+        if st & drv.STATUS_ERROR:
+            raise DriverError(f"recovery ended with STATUS.ERROR: {await drv.error_state()}")
+        return await drv.read64("COMMITTED")
+
+    async def check_mlp(self, c: int, prog: dict, model, what: str) -> tuple:
+        """MLP_SLOT/MLP_EPOCH after a recovery that reported ``c``: one of the pairs the model's
+        run allows for the cut (``TrainingWorkload.legal_mlp``), the same as ``model`` (the
+        golden model's recovery) reports, and the chosen slot holds the model run's payload of
+        that epoch. Returns the pair."""
+        st = await self.drv.mlp_state()
+        got = (st["slot"], st["epoch"])
+        legal = self.wl.legal_mlp(c, prog["commits_rung"], prog["commits_done"])
+        if got not in legal:
+            raise AssertionError(f"{what}: (MLP_SLOT, MLP_EPOCH) = {got}, legal after this cut "
+                                 f"(C={c}, {prog['commits_rung']} batches rung, "
+                                 f"{prog['commits_done']} read): {sorted(legal)}")
+        if got != (model.mlp_slot, model.mlp_epoch):
+            raise AssertionError(f"{what}: (MLP_SLOT, MLP_EPOCH) = {got}, the model's recovery "
+                                 f"gives {(model.mlp_slot, model.mlp_epoch)}")
+        if got[0]:
+            payload = {e: p for e, _i, p in self.wl.snapshots}[got[1]]
+            h, data = read_snap_slot(self.cfg, self.pmem.mem, got[0] - 1)
+            if h["epoch"] != got[1] or data != payload:
+                raise AssertionError(f"{what}: slot {got[0]} holds epoch {h['epoch']}, "
+                                     f"{h['length']} bytes, not the model run's snapshot of "
+                                     f"epoch {got[1]}")
+        return got
 
     def check_tables(self, c: int, what: str):
         diffs = self.wl.table_diffs(self.pmem.mem, self.wl.tables_after(c))
@@ -176,13 +369,15 @@ class CrashBench:
         equal to the model. Returns its length in cycles (from DCOH ready to the last
         completion read)."""
         wl = self.wl
-        await self.drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
+        await self.power_on(wl.initial)
         t0 = self.cycle()
         prog = Progress()
         self.drv.phase_cycles.clear()
         await self.run_batches(1, prog)
         total = self.cycle() - t0
         self.reference_phases = dict(self.drv.phase_cycles)
+        await self.drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
+        self.snap_windows = self.snapshot_windows(t0)
         self.check_tables(wl.n_batches, "reference run")
         diff = nonstaging_diff(self.cfg, wl.final_image, self.pmem.mem)
         if diff:
@@ -193,40 +388,172 @@ class CrashBench:
     def cycle(self) -> int:
         return self.pmem.cycle
 
+    def clear_write_log(self):
+        """Forget the PMEM model's write log (kept only for :meth:`snapshot_windows`: the C++
+        model hands its whole log over with every read of its write state)."""
+        if not self.pmem.log_writes:
+            return
+        if type(self.pmem).__name__ == "CppPmemModel":
+            from cosim.pmem_cpp import _lib
+            _lib().tcxl_pmem_clear_log()
+        else:
+            self.pmem.write_log.clear()
+
+    def snapshot_windows(self, t0: int) -> list:
+        """``[(start, end)]`` (cycles from ``t0``) of the MLP snapshot copies of the run just
+        made, from the PMEM model's write log: writes into the slots region and the
+        superblock's ``mlp_slot`` word, grouped where they are more than 64 cycles apart,
+        each from its first AW to its last B (the copy's source reads come before the first
+        write, so the window starts a little late). Statistics and point placement only."""
+        if not self.pmem.log_writes:
+            return []
+        c = self.cfg
+        flip = c.superblock_base + next(off for n, off, _w in SB_FIELDS if n == "mlp_slot")
+        recs = sorted((r for r in self.pmem.write_log
+                       if (c.slots_base <= r.addr < c.slots_base + c.slots_size
+                           or r.addr == flip) and r.b_cycle is not None),
+                      key=lambda r: r.aw_cycle)
+        out = []
+        for r in recs:
+            a, b = r.aw_cycle - t0, r.b_cycle - t0
+            if out and a - out[-1][1] <= 64:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
+            else:
+                out.append((a, b))
+        self.clear_write_log()
+        return out
+
     # ------------------------------------------------------------------ crash images
-    async def snapshot_pass(self, points) -> dict:
+    async def image_pass(self, points) -> dict:
         """One run of the workload from the initial image, taking the crash image of every
         ``(i, cycle)`` in ``points`` at its cycle (``power_fail`` only reads the PMEM model, so
         the run goes on unchanged); the run is cut after the last one. Returns
         ``{i: (CrashImage, progress dict) or exception}``."""
         wl, drv = self.wl, self.drv
         out = {}
-        await drv.power_cycle(in_reset=lambda: self.drv.load_image(wl.initial))
+        await self.power_on(wl.initial)
         prog = Progress()
         t_start = self.cycle()
         task = cocotb.start_soon(self.run_batches(1, prog))
-        period = self.pmem.period
         for i, cycle in sorted(points, key=lambda p: (p[1], p[0])):
-            ahead = cycle - (self.cycle() - t_start)
-            if ahead > 0:
-                # one Timer to half a period before the edge (ClockCycles would wake Python on
-                # every edge), then the edge itself
-                await Timer(ahead * period - period // 2, "step")
-                await RisingEdge(self.dut.clk)
+            await self.wait_until(t_start, cycle)
             if task.done() and task.exception() is not None:
                 out[i] = AssertionError(f"run before the crash failed: {task.exception()!r}")
                 continue
             pseed = point_seed(self.seed, i, cycle)
+            self.clear_write_log()
             img = power_fail(self.pmem, random.Random(pseed), staging=self.staging, cycle=cycle)
             if self.mutate == "wipe_log":       # self-check: a device that never logged
                 c = self.cfg
                 for la in [a for a in img.mem._lines if c.log_base <= a < c.log_base + c.log_size]:
                     del img.mem._lines[la]
+            if self.mutate == "wipe_slots":     # self-check: snapshots that never persisted
+                for k in (0, 1):
+                    img.mem.write(snap_slot_addr(self.cfg, k), bytes(64))
             out[i] = (img, {"commits_rung": prog.commits_rung, "commits_done": prog.commits_done,
-                            "measured_cycle": self.cycle() - t_start, "point_seed": pseed})
+                            "measured_cycle": self.cycle() - t_start, "point_seed": pseed,
+                            **self.snapshot_cut(img)})
         if not task.done():
             task.cancel()
         return out
+
+    def snapshot_cut(self, img) -> dict:
+        """Where a cut fell relative to the snapshot copies (statistics only): in-flight writes
+        into the slots region, and slots written but invalid in the crash image (torn)."""
+        c = self.cfg
+        lo, hi = c.slots_base, c.slots_base + c.slots_size
+        inflight = sum(1 for pw in self.pmem.unacked if lo <= pw.record.addr < hi)
+        inflight += sum(1 for aw in self.pmem._aw_waiting if lo <= aw[1] < hi)
+        n = snap_slot_bytes(c)
+        torn = 0
+        for k in (0, 1):
+            a = snap_slot_addr(c, k)
+            if (any(a <= x < a + n for x in img.mem._lines)
+                    and not snap_slot_valid(c, img.mem, k, 2**64 - 1)):
+                torn += 1
+        return {"snap_writes_in_flight": inflight, "slots_torn": torn}
+
+    # ------------------------------------------------------------------ nested failure
+    async def nested_failure(self, i, cycle, img, rec, dev, mm, m_rec, c, prog):
+        """Power on with crash image ``img`` again, start RECOVER and cut the power ``r``
+        cycles later (``r`` seeded: half uniform in ``[0, R]``, ``R`` = the cycles the full
+        recovery of ``img`` just took, half in its last cycles, where it writes; some cuts
+        land after it); power on with that second image,
+        recover, and check the result against the legal outcomes, which the golden model
+        computes from its own recovery of ``img`` (``dev``/``mm``, ``m_rec`` records), never
+        from the RTL's second image. Until its epoch write lands, recovery writes only table
+        rows (and the superblock when formatting), always the same values, so:
+
+        * ``again``: the cut came before the epoch write (or the format's magic) persisted,
+          and the second recovery redoes the first: the model's image ``mm``, ``m_rec``
+          records;
+        * ``done``: the first recovery had persisted its epoch write, so every rollback too;
+          the second recovery applies nothing: the model's recovery of ``mm`` (epoch + 2,
+          records 0; after a format: the first normal recovery).
+
+        Either way COMMITTED = ``c`` and the tables are the model's run's after batch ``c``.
+        The RTL's image must equal one of the two outside staging, with the matching
+        RECOVERED_RECORDS. Returns the matching (model device, memory) for the replay."""
+        wl, cfg = self.wl, self.cfg
+        mm2 = mm.copy()
+        dev2 = wl.model(mm2)
+        m_rec2 = dev2.recover()
+        outcomes = {"again": (dev, mm, m_rec), "done": (dev2, mm2, m_rec2)}
+        rng = random.Random(f"crash-nested-{self.seed}-{i}-{cycle}")
+        full = rec["recover_cycles"]
+        if rng.random() < 0.5:
+            r = rng.randrange(0, full + 1)
+        else:
+            # recovery scans every header first and writes only at its end (its rows, then
+            # the epoch word): half of the cuts fall in its last ``tail`` cycles (about 5 per
+            # record the model applied, plus the write latencies), where writes are in flight
+            tail = 8 * m_rec + 64
+            r = max(0, full - rng.randrange(0, tail + 1))
+        pseed = rng.getrandbits(63)
+        rec.update(nested=True, nested_cut=r, nested_point_seed=pseed)
+        await self.power_on(img)
+        t0 = self.cycle()
+        await self.start_recover()
+        await self.wait_until(t0, r)
+        img2 = power_fail(self.pmem, random.Random(pseed), staging=self.staging,
+                          cycle=self.cycle() - t0)
+        rec["nested_measured_cut"] = self.cycle() - t0
+        rec.update({"nested_" + k: v for k, v in img2.stats().items()
+                    if k not in ("seed", "cycle")})
+        if self.mutate == "epoch_first":
+            # self-check: a device whose epoch write persisted before its rollback writes
+            sb = img.mem.read(cfg.superblock_base, 64)
+            magic = unpack_fields(SB_FIELDS, sb)
+            if magic["magic"] == SB_MAGIC and magic["version"] == SB_VERSION:
+                img2 = img.mem.copy()
+                _, off, w = next(f for f in SB_FIELDS if f[0] == "recovery_epoch")
+                e = (magic["recovery_epoch"] + 1) & (2**64 - 1)
+                img2.write(cfg.superblock_base + off, e.to_bytes(w, "little"))
+        await self.power_on(img2)
+        t_rec = self.cycle()
+        c2 = await self.recover()
+        rec["nested_recover_cycles"] = self.cycle() - t_rec
+        n2 = await self.drv.recovered_records()
+        rec.update(nested_committed=c2, nested_records=n2)
+        if c2 != c:
+            raise AssertionError(f"second recovery (power failed {r} cycles into the first): "
+                                 f"COMMITTED = {c2}, the model's recovery gives {c}")
+        self.check_tables(c, f"after the second recovery (cut {r} cycles into the first)")
+        match = [k for k, (_d, m, _n) in outcomes.items()
+                 if not nonstaging_diff(cfg, m, self.pmem.mem, limit=1)]
+        if not match:
+            raise AssertionError(
+                f"second recovery (cut {r} cycles into the first): image outside staging is "
+                f"neither legal outcome; lines differing from 'again': "
+                f"{[hex(a) for a in nonstaging_diff(cfg, mm, self.pmem.mem)]}, from 'done': "
+                f"{[hex(a) for a in nonstaging_diff(cfg, mm2, self.pmem.mem)]}")
+        k = match[0]
+        rec["nested_outcome"] = k
+        if n2 != outcomes[k][2]:
+            raise AssertionError(f"second recovery ({k}): RECOVERED_RECORDS = {n2}, the model "
+                                 f"gives {outcomes[k][2]}")
+        await self.check_mlp(c, prog, outcomes[k][0], "after the second recovery")
+        return outcomes[k][0], outcomes[k][1]
 
     # ------------------------------------------------------------------ one crash point
     async def crash_point(self, i: int, cycle: int, snap) -> dict:
@@ -243,9 +570,9 @@ class CrashBench:
             img, prog = snap
             rec.update(prog)
             rec.update({k: v for k, v in img.stats().items() if k != "seed"})
-            await drv.power_cycle(in_reset=lambda: drv.load_image(img))
+            await self.power_on(img)
             t_rec = self.cycle()
-            c = await drv.recover()
+            c = await self.recover()
             rec["recover_cycles"] = self.cycle() - t_rec
             n_rec = await drv.recovered_records()
             rec.update(committed=c, recovered_records=n_rec)
@@ -265,14 +592,34 @@ class CrashBench:
             if diff:
                 raise AssertionError(f"recovered image differs from the model's recovery "
                                      f"(outside staging) at lines {[hex(a) for a in diff]}")
+            rec["mlp_slot"], rec["mlp_epoch"] = await self.check_mlp(c, prog, dev,
+                                                                     "after recovery")
             rec["recovered"] = True
-            # replay the rest
-            if c < wl.n_batches:
-                await self.run_batches(c + 1, Progress(), recover=False)
-            diffs = wl.table_diffs(self.pmem.mem, wl.final_tables)
+            if is_nested(self.seed, i, cycle, self.params.nested):
+                # power fails again during the recovery of the same crash image; the replay
+                # then runs on what the second recovery left, the model alongside
+                dev, mm = await self.nested_failure(i, cycle, img, rec, dev, mm, m_rec, c, prog)
+            # replay the open batch (or the rest of the run), the model alongside
+            last = wl.n_batches if self.params.replay == "all" else min(c + 1, wl.n_batches)
+            if c < last:
+                await self.run_batches(c + 1, Progress(), recover=False, last=last)
+            else:
+                self.attach_host()      # the check that the device sent no host message
+            await drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
+            diffs = wl.table_diffs(self.pmem.mem, wl.tables_after(last))
             if diffs:
-                raise AssertionError(f"after replay: final tables differ from the no-failure run "
-                                     f"(table, row, elem, want, got): {diffs}")
+                raise AssertionError(f"after replay: tables differ from the no-failure run's "
+                                     f"after batch {last} (table, row, elem, want, got): {diffs}")
+            for b in wl.batches[c:last]:
+                for a, data in b.staging:
+                    mm.write(a, data)
+                for d in b.descs:
+                    dev.execute(d)
+            diff = nonstaging_diff(cfg, mm, self.pmem.mem)
+            if diff:
+                raise AssertionError(f"after replay of batches {c + 1}..{last}: image differs "
+                                     f"from the model's (outside staging) at lines "
+                                     f"{[hex(a) for a in diff]}")
             rec["identical"] = True
             rec["ok"] = True
         except Exception as e:  # noqa: BLE001 - every failure is recorded, the campaign goes on
@@ -292,12 +639,12 @@ async def crash_campaign(dut):
     t0 = time.monotonic()
     total = await tb.reference()
     spec = tb.params.points
-    points = crash_points(spec, tb.seed, total)
+    points = crash_points(spec, tb.seed, total, tb.snap_windows, tb.params.snap_points)
     skip = tb.params.skip
     tb.emit({"event": "reference", "cycles": total, "points": len(points), "skip": skip,
              "seed": tb.seed, "batches": tb.wl.n_batches, "latency": tb.latency,
              "write_latency": tb.write_latency,
-             "phase_cycles": tb.reference_phases,
+             "phase_cycles": tb.reference_phases, "snap_windows": tb.snap_windows,
              "wall_s": round(time.monotonic() - t0, 3)})
     dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
                   f"{len(points)} points ({spec}), skip {skip}")
@@ -313,7 +660,7 @@ async def crash_campaign(dut):
     for k in range(0, len(todo), chunk):
         part = todo[k:k + chunk]
         t_pass = time.monotonic()
-        snaps = await tb.snapshot_pass(part)
+        snaps = await tb.image_pass(part)
         tb.emit({"event": "pass", "points": [i for i, _ in part],
                  "wall_s": round(time.monotonic() - t_pass, 3)})
         for i, c in part:

@@ -1,4 +1,6 @@
-"""Crash campaign smoke: ~20 power failures during a training run on the device top.
+"""Crash campaign smoke: ~20 power failures during a training run on the device top, on the
+campaign's default path (C++ PMEM model, SNAPSHOT in every batch, a quarter of the points with
+a second failure during recovery, replay of the open batch).
 
 Each point must recover to the model's tables after the committed batch, match the golden
 model's recovery of the same crash image, and replay to final tables bit-identical to the
@@ -10,7 +12,7 @@ import json
 import pytest
 
 from cosim import build as cb
-from trainingcxl.crash.campaign import run_campaign
+from trainingcxl.crash.campaign import DEFAULT_PMEM, run_campaign
 from hw.config import DeviceConfig
 
 N_POINTS = 20
@@ -19,7 +21,7 @@ N_POINTS = 20
 @pytest.fixture(scope="session")
 def crash_build():
     cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg)
+    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)   # the campaign's default path
 
 
 @pytest.mark.cosim
@@ -39,3 +41,15 @@ def test_crash_smoke(crash_build, seed, tmp_path):
     # the points spread over the run: some crash before any COMMIT, some after the last
     hist = {int(k): v for k, v in rep["committed_histogram"].items()}
     assert sum(hist.values()) == N_POINTS and len(hist) >= 2, (hist, seed)
+    # the default workload snapshots the MLP: some points recover a snapshot
+    assert sum(v for k, v in rep["mlp_histogram"].items() if k != "0:0") >= 1, (rep, seed)
+
+
+@pytest.mark.cosim
+def test_crash_replay_all(crash_build, seed, tmp_path):
+    """``replay="all"``: every batch after the open one is replayed too, and the image outside
+    staging still equals the golden model's run of the same batches (4 points, half nested)."""
+    cfg, b = crash_build
+    rep = run_campaign(points="random:4", seed=seed, cfg=cfg, out=tmp_path, progress=False,
+                       build=b, replay="all", nested=0.5)
+    assert rep["ok"] and rep["identical"] == 4 and rep["replay"] == "all", (seed, rep)

@@ -1,0 +1,123 @@
+"""The crash campaign's legal outcomes, checked on the golden model's own run (no simulator).
+
+The model's write stream of the campaign's workload (SNAPSHOT in every batch) is cut at seeded
+write boundaries; the model recovers each cut image. Its outcome must lie in what the campaign
+accepts from the RTL: C in [batches read, batches rung], the tables after C, and (MLP_SLOT,
+MLP_EPOCH) in ``TrainingWorkload.legal_mlp``. And a second cut inside that recovery's own
+writes, recovered again, must give one of the campaign's two nested outcomes ("again": the
+first recovery's image, "done": a recovery of it). A legal set off by one batch fails here
+(``test_wrong_legal_set_is_caught``).
+"""
+import random
+
+import pytest
+
+from hw.config import DeviceConfig
+from cosim.training_workload import make_workload
+
+N_CUTS = 40
+
+
+def _nonstaging(cfg, mem):
+    s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    return {a: bytes(v) for a, v in mem._lines.items() if not s0 <= a < s1}
+
+
+def _write_stream(wl):
+    """[(addr, data, batch)] of the model's run of ``wl`` from its initial image (batch 0:
+    the format)."""
+    writes = []
+    mem = wl.initial.copy()
+    dev = wl.model(mem)
+    cur = [0]
+    dev.on_write = lambda a, d, what: writes.append((a, d, cur[0]))
+    dev.recover()
+    for b in wl.batches:
+        cur[0] = b.batch
+        for a, data in b.staging:
+            mem.write(a, data)
+        for d in b.descs:
+            dev.execute(d)
+    return writes
+
+
+def _cut(wl, writes, p):
+    mem = wl.initial.copy()
+    for a, d, _b in writes[:p]:
+        mem.write(a, d)
+    return mem
+
+
+def _mlp_violations(wl, writes, cuts, legal):
+    """Cuts whose model recovery reports an (MLP_SLOT, MLP_EPOCH) outside ``legal(c, rung,
+    read)``."""
+    out = []
+    for p in cuts:
+        b = writes[p][2] if p < len(writes) else wl.n_batches + 1
+        rung, read = min(b, wl.n_batches), max(0, b - 1)
+        mem = _cut(wl, writes, p)
+        dev = wl.model(mem)
+        dev.recover()
+        if (dev.mlp_slot, dev.mlp_epoch) not in legal(dev.committed, rung, read):
+            out.append(p)
+    return out
+
+
+@pytest.mark.parametrize("lag, hot", [(0, 0), (1, 0), (2, 0), (1, 12)])
+def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
+    """``hot``: rows of one logged-set set per batch (``make_workload(hot_set=...)``), so the
+    set overflows and rows get duplicate undo records."""
+    cfg = DeviceConfig()
+    rows = (300, 200, 160) if not hot else (hot * cfg.log_set_sets, 200, 160)
+    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=lag, n_batches=4, hot_set=hot,
+                       rows=rows)
+    writes = _write_stream(wl)
+    rng = random.Random(f"model-cuts-{seed}-{lag}")
+    snap_cuts = [p for p, w in enumerate(writes) if cfg.slots_base <= w[0] <
+                 cfg.slots_base + cfg.slots_size]
+    cuts = sorted(set(rng.sample(range(len(writes) + 1), N_CUTS) + rng.sample(snap_cuts, 10)))
+    seen = set()
+    for p in cuts:
+        b = writes[p][2] if p < len(writes) else wl.n_batches + 1
+        rung, read = min(b, wl.n_batches), max(0, b - 1)
+        mem = _cut(wl, writes, p)
+        dev = wl.model(mem)
+        dev.recover()
+        c = dev.committed
+        assert read <= c <= rung, (seed, lag, p, c, rung, read)
+        assert not wl.table_diffs(mem, wl.tables_after(c)), (seed, lag, p)
+        got = (dev.mlp_slot, dev.mlp_epoch)
+        legal = wl.legal_mlp(c, rung, read)
+        assert got in legal, (seed, lag, p, c, rung, read, got, legal)
+        seen.add(got)
+        # a second failure inside this recovery: cut its own writes, recover again
+        first = _cut(wl, writes, p)
+        rec_writes = []
+        d1 = wl.model(first)
+        d1.on_write = lambda a, d, what: rec_writes.append((a, d))
+        d1.recover()
+        again = _nonstaging(cfg, first)
+        done_mem = first.copy()
+        wl.model(done_mem).recover()
+        done = _nonstaging(cfg, done_mem)
+        q = rng.randrange(0, len(rec_writes) + 1)
+        mem2 = _cut(wl, writes, p)
+        for a, d in rec_writes[:q]:
+            mem2.write(a, d)
+        d2 = wl.model(mem2)
+        d2.recover()
+        assert _nonstaging(cfg, mem2) in (again, done), (seed, lag, p, q, len(rec_writes))
+        assert (d2.committed, d2.mlp_slot, d2.mlp_epoch) == (c, *got), (seed, lag, p, q)
+    assert len(seen) >= 3, (seed, lag, seen)       # the cuts reached several snapshot states
+
+
+def test_wrong_legal_set_is_caught(seed):
+    """The cut enumeration has teeth: a legal set off by one batch (slots of epoch <= C-1
+    only) is contradicted by the model's own recoveries."""
+    cfg = DeviceConfig()
+    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=1, n_batches=3)
+    writes = _write_stream(wl)
+    cuts = list(range(0, len(writes) + 1, 7))
+    assert not _mlp_violations(wl, writes, cuts, wl.legal_mlp), seed
+    assert _mlp_violations(wl, writes, cuts,
+                           lambda c, rung, read: wl.legal_mlp(max(0, c - 1), rung, read)), seed

@@ -40,7 +40,7 @@ from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versi
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
            "device_fit",
-           "parse_yosys_stat", "xilinx_summary", "condense_path", "clean_source", "net_label",
+           "parse_yosys_stat", "block_utilization", "xilinx_summary", "condense_path", "clean_source", "net_label",
            "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
            "XILINX_REFERENCE"]
 
@@ -177,6 +177,38 @@ def parse_yosys_stat(stat: dict) -> dict:
     # with hierarchy left in, instances of the design's own modules appear as cell types
     return {t: n for t, n in sorted(design.get("num_cells_by_type", {}).items())
             if t.lstrip("\\") not in modules and "." not in t and not t.startswith("$paramod")}
+
+
+DEVICE_INSTANCE = "dev"      # the device's instance in the harness (hw/fpga/harness.py)
+BLOCK_CELLS = ("LUT4", "CCU2C", "TRELLIS_DPR16X4", "TRELLIS_FF", "DP16KD", "MULT18X18D")
+
+
+def block_utilization(stat: dict, prefix: str) -> list[dict]:
+    """Yosys ``stat -json`` of the kept hierarchy summed per block: each module named
+    ``<prefix>.<block>`` or ``<prefix>.<block>.<...>`` (Amaranth names every module instance
+    after its path, so each module is one instance) adds its own cells to ``<block>``; cells
+    of ``<prefix>`` itself count as ``(glue)``, those of every other module (the synthesis
+    harness around the device) as ``(harness)``, so the rows add up to the design. Rows sorted by LUT positions (as
+    :func:`device_fit` counts them), largest first, each with the cell counts of
+    :data:`BLOCK_CELLS` and ``lut_positions``."""
+    blocks: dict[str, dict] = {}
+    for name, mod in stat.get("modules", {}).items():
+        name = name.lstrip("\\")
+        if name == prefix:
+            block = "(glue)"
+        elif name.startswith(prefix + "."):
+            block = name[len(prefix) + 1:].split(".", 1)[0]
+        else:
+            block = "(harness)"
+        row = blocks.setdefault(block, dict.fromkeys(BLOCK_CELLS, 0))
+        for t, n in mod.get("num_cells_by_type", {}).items():
+            if t in row:
+                row[t] += n
+    rows = []
+    for block, row in blocks.items():
+        pos = row["LUT4"] + 2 * row["CCU2C"] + 6 * row["TRELLIS_DPR16X4"]
+        rows.append({"block": block, "lut_positions": pos, **row})
+    return sorted(rows, key=lambda r: (-r["lut_positions"], r["block"]))
 
 
 def xilinx_summary(cells: dict) -> dict:
@@ -542,6 +574,16 @@ def write_markdown(rep: dict) -> str:
         md.append("")
         md.append(fmt_table(sorted(ys.items()), ["cell", "count"]))
         md.append("")
+    blocks = rep.get("ecp5_blocks")
+    if blocks:
+        md.append("## Utilization per block (Yosys, before packing)")
+        md.append("")
+        md.append("Each block of the device with its submodules; LUT positions as in the fit "
+                  "check (logic LUT4 + 2 per CCU2C + 6 per DPR16X4).")
+        md.append("")
+        md.append(fmt_table([(b["block"], b["lut_positions"], *(b[c] for c in BLOCK_CELLS))
+                             for b in blocks], ["block", "LUT positions", *BLOCK_CELLS]))
+        md.append("")
     xs = rep.get("xilinx")
     if xs:
         s = xs["summary"]
@@ -640,6 +682,8 @@ def run_flow(args) -> dict:
     ph.done("yosys-ecp5", t, f" (LUT4 {c.get('LUT4', 0)}, FF {c.get('TRELLIS_FF', 0)}, "
                              f"DP16KD {c.get('DP16KD', 0)}, MULT18X18D {c.get('MULT18X18D', 0)})")
 
+    rep["ecp5_blocks"] = block_utilization(json.loads((out / "ecp5_stat.json").read_text()),
+                                           f"{HARNESS_NAME}.{DEVICE_INSTANCE}")
     rep["ecp5_fit"] = fit = device_fit(c)
     if not fit["fits"]:
         over = ", ".join(f"{k} {r['used']} of {r['available']} ({r['percent']}%)"

@@ -321,3 +321,22 @@ def test_device_fit_and_mapper_script():
     assert "-run map_cells: -json top.json" in s
     s9 = _yosys_script("a.il", "top", "synth_ecp5", "s.json", "top.json", "abc9")
     assert s9 == "read_rtlil a.il; synth_ecp5 -top top -json top.json; tee -q -o s.json stat -json"
+
+
+def test_block_utilization_sums_each_block_with_its_submodules():
+    from trainingcxl.synth import block_utilization
+    stat = {"modules": {
+        "\\top": {"num_cells_by_type": {"LUT4": 5, "TRELLIS_FF": 2, "\\top.dev": 1}},
+        "\\top.dev": {"num_cells_by_type": {"LUT4": 1, "CCU2C": 1}},
+        "\\top.dev.dcoh": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_DPR16X4": 2}},
+        "\\top.dev.dcoh.sf": {"num_cells_by_type": {"LUT4": 4, "DP16KD": 3, "$check": 7}},
+        "\\top.dev.dcohx": {"num_cells_by_type": {"LUT4": 100}},
+        "\\top.dev.mux": {"num_cells_by_type": {"LUT4": 20, "CCU2C": 3}},
+    }}
+    rows = {r["block"]: r for r in block_utilization(stat, "top.dev")}
+    assert [r["block"] for r in block_utilization(stat, "top.dev")] == \
+        ["dcohx", "dcoh", "mux", "(harness)", "(glue)"]
+    assert rows["dcoh"]["LUT4"] == 14 and rows["dcoh"]["DP16KD"] == 3
+    assert rows["dcoh"]["lut_positions"] == 14 + 6 * 2
+    assert rows["mux"]["lut_positions"] == 26 and rows["(glue)"]["lut_positions"] == 3
+    assert rows["(harness)"]["TRELLIS_FF"] == 2 and "$check" not in rows["dcoh"]

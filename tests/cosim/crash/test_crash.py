@@ -11,17 +11,10 @@ import json
 
 import pytest
 
-from cosim import build as cb
-from trainingcxl.crash.campaign import DEFAULT_PMEM, run_campaign
-from hw.config import DeviceConfig
+from trainingcxl.crash.campaign import run_campaign
 
 N_POINTS = 20
 
-
-@pytest.fixture(scope="session")
-def crash_build():
-    cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)   # the campaign's default path
 
 
 @pytest.mark.cosim

@@ -48,16 +48,23 @@ def _cut(wl, writes, p):
     return mem
 
 
+def _recovered_cut(wl, writes, p):
+    """The model's recovery of the image cut after ``p`` writes: (batches rung, COMMIT
+    completions read, image, device)."""
+    b = writes[p][2] if p < len(writes) else wl.n_batches + 1
+    rung, read = min(b, wl.n_batches), max(0, b - 1)
+    mem = _cut(wl, writes, p)
+    dev = wl.model(mem)
+    dev.recover()
+    return rung, read, mem, dev
+
+
 def _mlp_violations(wl, writes, cuts, legal):
     """Cuts whose model recovery reports an (MLP_SLOT, MLP_EPOCH) outside ``legal(c, rung,
     read)``."""
     out = []
     for p in cuts:
-        b = writes[p][2] if p < len(writes) else wl.n_batches + 1
-        rung, read = min(b, wl.n_batches), max(0, b - 1)
-        mem = _cut(wl, writes, p)
-        dev = wl.model(mem)
-        dev.recover()
+        rung, read, _, dev = _recovered_cut(wl, writes, p)
         if (dev.mlp_slot, dev.mlp_epoch) not in legal(dev.committed, rung, read):
             out.append(p)
     return out
@@ -78,11 +85,7 @@ def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
     cuts = sorted(set(rng.sample(range(len(writes) + 1), N_CUTS) + rng.sample(snap_cuts, 10)))
     seen = set()
     for p in cuts:
-        b = writes[p][2] if p < len(writes) else wl.n_batches + 1
-        rung, read = min(b, wl.n_batches), max(0, b - 1)
-        mem = _cut(wl, writes, p)
-        dev = wl.model(mem)
-        dev.recover()
+        rung, read, mem, dev = _recovered_cut(wl, writes, p)
         c = dev.committed
         assert read <= c <= rung, (seed, lag, p, c, rung, read)
         assert not wl.table_diffs(mem, wl.tables_after(c)), (seed, lag, p)

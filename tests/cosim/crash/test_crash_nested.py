@@ -6,22 +6,14 @@ epoch write persists before its rollback writes (``mutate="epoch_first"``) must 
 nested point that had rows to roll back."""
 import pytest
 
-from cosim import build as cb
-from hw.config import DeviceConfig
-from trainingcxl.crash.campaign import DEFAULT_PMEM, run_campaign
+from trainingcxl.crash.campaign import run_campaign
 
 N_POINTS = 8
 
 
-@pytest.fixture(scope="module")
-def build():
-    cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)
-
-
 @pytest.mark.cosim
-def test_nested_failures_recover(build, seed, tmp_path):
-    cfg, b = build
+def test_nested_failures_recover(crash_build, seed, tmp_path):
+    cfg, b = crash_build
     rep = run_campaign(points=f"random:{N_POINTS}", seed=seed, cfg=cfg, progress=False,
                        build=b, nested=1.0, out=tmp_path)
     fails = [f"point {f['i']} cycle {f['cycle']}: {f['error']}" for f in rep["failures"][:3]]
@@ -31,8 +23,9 @@ def test_nested_failures_recover(build, seed, tmp_path):
 
 
 @pytest.mark.cosim
-def test_epoch_first_nested_points_fail(build, seed, tmp_path):
-    cfg, b = build
+def test_epoch_first_nested_points_fail(crash_build, self_check_seed, tmp_path):
+    cfg, b = crash_build
+    seed = self_check_seed
     rep = run_campaign(points=f"random:{N_POINTS}", seed=seed, cfg=cfg, progress=False,
                        build=b, nested=1.0, mutate="epoch_first", out=tmp_path)
     assert rep["tried"] == N_POINTS, (seed, rep)

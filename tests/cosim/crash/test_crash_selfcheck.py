@@ -8,24 +8,17 @@ that breaks the rule is seen to fail):
 """
 import pytest
 
-from cosim import build as cb
-from hw.config import DeviceConfig
-from trainingcxl.crash.campaign import DEFAULT_PMEM, run_campaign
+from trainingcxl.crash.campaign import run_campaign
 
 N_POINTS = 6
-
-
-@pytest.fixture(scope="module")
-def build():
-    cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)
 
 
 @pytest.mark.cosim
 @pytest.mark.parametrize("mutate, message", [("wipe_log", "differ"),
                                              ("wipe_slots", "(MLP_SLOT, MLP_EPOCH)")])
-def test_mutated_images_fail(build, seed, tmp_path, mutate, message):
-    cfg, b = build
+def test_mutated_images_fail(crash_build, self_check_seed, tmp_path, mutate, message):
+    cfg, b = crash_build
+    seed = self_check_seed
     rep = run_campaign(points=f"random:{N_POINTS}", seed=seed, cfg=cfg, progress=False,
                        build=b, mutate=mutate, nested=0.0, out=tmp_path)
     assert rep["tried"] == N_POINTS, (seed, rep)

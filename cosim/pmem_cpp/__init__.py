@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import struct
 from collections import deque
-from fractions import Fraction
 
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
@@ -278,8 +277,7 @@ class CppPmemModel(ClockCount):
             self._mem.load(mem)
         rs, ws = BandwidthServer(read_bandwidth), BandwidthServer(write_bandwidth)
         lib.tcxl_pmem_set_bandwidth(rs.num, rs.den, ws.num, ws.den)
-        self.read_bandwidth = Fraction(rs.num, rs.den) if rs.num else None
-        self.write_bandwidth = Fraction(ws.num, ws.den) if ws.num else None
+        self.read_bandwidth, self.write_bandwidth = rs.bandwidth, ws.bandwidth
         lib.tcxl_pmem_attach(self.byte_lanes, read_latency, write_latency, int(log_writes))
         self.r = _Channel(self, "busy_r")
         self.b = _Channel(self, "busy_b")
@@ -432,6 +430,10 @@ class CppPmemModel(ClockCount):
     @property
     def write_log(self) -> _WriteLog:
         return _WriteLog(self._state()[4])
+
+    def clear_write_log(self):
+        """Forget the write log without fetching it first (``write_log.clear()`` fetches)."""
+        _lib().tcxl_pmem_clear_log()
 
     def drop_in_flight(self):
         """Forget every queued response and in-flight burst, zero the counters

@@ -174,12 +174,24 @@ class DeviceDriver:
         self.host = None
 
     # ------------------------------------------------------------------ recovery, config
-    async def recover(self, timeout: int = 200_000) -> int:
+    async def start_recover(self, *, sleep_on_irq: bool = False):
+        """CONTROL.RECOVER (recovery starts); with ``sleep_on_irq``, IRQ_ENABLE =
+        RECOVERED|ERR first."""
+        if sleep_on_irq:
+            await self.write("IRQ_ENABLE", self.IRQ_RECOVERED | self.IRQ_ERR)
+        await self.write("CONTROL", 1)
+
+    async def recover(self, timeout: int = 200_000, *, sleep_on_irq: bool = False) -> int:
         """CONTROL.RECOVER, then poll STATUS until READY (and not RECOVERING). Returns the
         committed batch (COMMITTED_HI:LO). Raises :class:`DriverError` on timeout or when the
-        recovery recorded an error (also when it stopped unready after a media error)."""
+        recovery recorded an error (also when it stopped unready after a media error).
+
+        ``sleep_on_irq``: IRQ_ENABLE = RECOVERED|ERR (left so) and sleep on the interrupt
+        between STATUS reads instead of polling every ``poll`` cycles, which wakes Python on
+        every edge (a long recovery costs thousands of wake-ups)."""
+        from cocotb.triggers import First
         t0 = self.pmem.cycle
-        await self.write("CONTROL", 1)
+        await self.start_recover(sleep_on_irq=sleep_on_irq)
         waited = 0
         while True:
             st = await self.read("STATUS")
@@ -191,11 +203,18 @@ class DeviceDriver:
                 # refused with CSR_BUSY): RECOVERING is already set when the first STATUS
                 # read after the CONTROL write lands, so this is not a recovery yet to start
                 raise DriverError(f"recovery stopped unready: {await self.error_state()}")
+            if sleep_on_irq:
+                waited = self.pmem.cycle - t0
             if waited >= timeout:
                 raise DriverError(f"recovery not complete after {waited} cycles: "
                                   f"{await self.error_state()}")
-            await ClockCycles(self.clock, self.poll)
-            waited += self.poll
+            if sleep_on_irq:
+                if not self.dut.irq.value:
+                    # a Timer, not ClockCycles: ClockCycles wakes Python on every edge
+                    await First(RisingEdge(self.dut.irq), Timer(4096 * self.pmem.period, "step"))
+            else:
+                await ClockCycles(self.clock, self.poll)
+                waited += self.poll
         self.cycles_waited += waited
         self._phase("recover", t0)
         if st & self.STATUS_ERROR:

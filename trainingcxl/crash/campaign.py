@@ -23,6 +23,7 @@ import shutil
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,10 +80,7 @@ def _read_lines(path: Path) -> list[dict]:
 
 
 def _histogram(keys) -> dict:
-    out = {}
-    for k in keys:
-        out[k] = out.get(k, 0) + 1
-    return dict(sorted(out.items()))
+    return dict(sorted(Counter(keys).items()))
 
 
 def summarize(records: list[dict], *, requested: int | None = None) -> dict:

@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import First, RisingEdge, Timer
+from cocotb.triggers import RisingEdge, Timer
 
 from cosim import params
-from cosim.device_driver import DeviceDriver, DriverError
+from cosim.device_driver import DeviceDriver
 from cosim.pmem_cpp import pmem_model
 from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
@@ -290,12 +290,6 @@ class CrashBench:
                                  "to a host that holds no line)")
         drv.new_host()
 
-    async def start_recover(self):
-        """IRQ_ENABLE = RECOVERED|ERR, then CONTROL.RECOVER (recovery starts)."""
-        drv = self.drv
-        await drv.write("IRQ_ENABLE", drv.IRQ_RECOVERED | drv.IRQ_ERR)
-        await drv.write("CONTROL", 1)
-
     async def wait_until(self, t_start: int, cycle: int):
         """Return at cycle ``cycle`` counted from ``t_start``, the edge settled (no wait if it
         is past). One Timer to half a period before the edge (ClockCycles would wake Python on
@@ -309,29 +303,10 @@ class CrashBench:
             await RisingEdge(self.dut.clk)
             await self.pmem.settle()
 
-    async def recover(self, timeout: int = 200_000) -> int:
-        """CONTROL.RECOVER and wait for READY as ``DeviceDriver.recover`` does (same errors),
-        sleeping on the interrupt (IRQ_ENABLE.RECOVERED|ERR) between STATUS reads instead of
-        polling every 16 cycles (a poll wakes Python on every edge). Returns COMMITTED."""
-        drv, irq = self.drv, self.dut.irq
-        t0 = self.pmem.cycle
-        await self.start_recover()
-        while True:
-            st = await drv.read("STATUS")
-            if st & drv.STATUS_READY and not st & drv.STATUS_RECOVERING:
-                break
-            if st & drv.STATUS_ERROR and not st & (drv.STATUS_READY | drv.STATUS_RECOVERING):
-                raise DriverError(f"recovery stopped unready: {await drv.error_state()}")
-            waited = self.pmem.cycle - t0
-            if waited >= timeout:
-                raise DriverError(f"recovery not complete after {waited} cycles: "
-                                  f"{await drv.error_state()}")
-            if not irq.value:
-                await First(RisingEdge(irq), Timer(4096 * self.pmem.period, "step"))
-        drv._phase("recover", t0)
-        if st & drv.STATUS_ERROR:
-            raise DriverError(f"recovery ended with STATUS.ERROR: {await drv.error_state()}")
-        return await drv.read64("COMMITTED")
+    async def recover(self) -> int:
+        """CONTROL.RECOVER until READY, sleeping on the interrupt (``DeviceDriver.recover``
+        with ``sleep_on_irq``). Returns COMMITTED."""
+        return await self.drv.recover(sleep_on_irq=True)
 
     async def check_mlp(self, c: int, prog: dict, model, what: str) -> tuple:
         """MLP_SLOT/MLP_EPOCH after a recovery that reported ``c``: one of the pairs the model's
@@ -391,13 +366,8 @@ class CrashBench:
     def clear_write_log(self):
         """Forget the PMEM model's write log (kept only for :meth:`snapshot_windows`: the C++
         model hands its whole log over with every read of its write state)."""
-        if not self.pmem.log_writes:
-            return
-        if type(self.pmem).__name__ == "CppPmemModel":
-            from cosim.pmem_cpp import _lib
-            _lib().tcxl_pmem_clear_log()
-        else:
-            self.pmem.write_log.clear()
+        if self.pmem.log_writes:
+            self.pmem.clear_write_log()
 
     def snapshot_windows(self, t0: int) -> list:
         """``[(start, end)]`` (cycles from ``t0``) of the MLP snapshot copies of the run just
@@ -429,7 +399,7 @@ class CrashBench:
         ``(i, cycle)`` in ``points`` at its cycle (``power_fail`` only reads the PMEM model, so
         the run goes on unchanged); the run is cut after the last one. Returns
         ``{i: (CrashImage, progress dict) or exception}``."""
-        wl, drv = self.wl, self.drv
+        wl = self.wl
         out = {}
         await self.power_on(wl.initial)
         prog = Progress()
@@ -513,7 +483,7 @@ class CrashBench:
         rec.update(nested=True, nested_cut=r, nested_point_seed=pseed)
         await self.power_on(img)
         t0 = self.cycle()
-        await self.start_recover()
+        await self.drv.start_recover(sleep_on_irq=True)
         await self.wait_until(t0, r)
         img2 = power_fail(self.pmem, random.Random(pseed), staging=self.staging,
                           cycle=self.cycle() - t0)

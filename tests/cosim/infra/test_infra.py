@@ -373,7 +373,15 @@ async def test_bandwidth_exact(dut, case):
         assert span_r == len(got_r) - 1, (seed, span_r)
     span_b = got_b[-1] - got_b[0]
     if wbw is not None and wbw < lanes:
-        assert span_b == math.ceil((sum(wlens) - 1) * lanes / wbw), (seed, span_b, wbw)
+        # backlogged: every burst's data arrived before the media finished the bursts ahead of it
+        ahead = [sum(wlens[:k]) * lanes / wbw for k in range(len(wlens))]
+        gaps = [k for k, d in enumerate(data) if d > data[0] + ahead[k]]
+        bound = math.ceil((sum(wlens) - 1) * lanes / wbw)
+        if gaps:    # the media idled waiting for data: the span can only grow (the exact
+            assert span_b >= bound, (seed, span_b, wbw, gaps)   # edges are checked above)
+        else:
+            assert span_b == bound, (seed, span_b, wbw)
+        dut._log.info("write data edges %s (bursts arriving after the media idled: %s)", data, gaps)
     elif wbw is None:
         assert [b - d for b, d in zip(got_b, data)] == [wlat + 1] * len(data), seed
     dut._log.warning("bandwidth[%s]: R %d beats in %d cycles (%s B/cycle configured), "

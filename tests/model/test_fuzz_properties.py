@@ -22,7 +22,7 @@ from sw_model import coherence
 from sw_model.memory import MemoryImage
 from sw_model.training import TrainingDevice
 from trainingcxl.fuzz.inputs import (MAX_BAGS_RUN, MAX_SNAP_RUN, RESERVED_BYTES, bound_work,
-                                    mutate_desc)
+                                    mutate_desc, reads_range)
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -102,6 +102,55 @@ def test_any_descriptor_completes_with_a_documented_status(desc):
         assert dev.committed == before[1] and dev.mem.read(SB_COMMITTED, 8) == before[2]
     if d["kind"] not in tuple(DescKind):
         assert status == E.UNKNOWN_KIND and cpl["err_value"] == d["kind"]
+
+
+def test_reads_range_finds_inputs_in_the_completion_ring():
+    """The fuzz keeps descriptors that read completion records (their ``cycles`` is the RTL's
+    alone) out (desc, seed 110, input 9952: gradients read from completion slot 0): every
+    input range counts (offsets, indices up to max_bag per bag, gradients, a snapshot's
+    source), outputs and other kinds do not."""
+    dev = _device()
+    ring = (CFG.staging_base + (32 << 20), CFG.staging_base + (32 << 20) + CPL_BYTES * 64)
+    s = CFG.staging_base
+
+    def desc(kind, **f):
+        f = dict(table=0, batch=1, n_bags=4, offsets_addr=s, indices_addr=s + 64,
+                 data_addr=s + 4096, length=64) | f
+        return TrainingDevice.make_desc(kind=kind, **f)
+
+    for kind in (DescKind.LOOKUP, DescKind.UPDATE):
+        assert not reads_range(desc(kind), dev, ring)
+        assert reads_range(desc(kind, offsets_addr=ring[1] - 4), dev, ring)
+        # indices: bag b may hold up to max_bag rows, so the conservative end
+        assert reads_range(desc(kind, indices_addr=ring[0] - 4 * CFG.max_bag * 4 + 4), dev, ring)
+        assert not reads_range(desc(kind, indices_addr=ring[0] - 4 * CFG.max_bag * 4), dev, ring)
+    assert reads_range(desc(DescKind.UPDATE, data_addr=ring[0]), dev, ring)      # gradients
+    assert not reads_range(desc(DescKind.LOOKUP, data_addr=ring[0]), dev, ring)  # an output
+    assert reads_range(desc(DescKind.SNAPSHOT, data_addr=ring[0] - 63), dev, ring)
+    assert not reads_range(desc(DescKind.SNAPSHOT, data_addr=ring[0] - 64), dev, ring)
+    assert not reads_range(desc(DescKind.COMMIT, data_addr=ring[0]), dev, ring)
+
+
+def test_a_later_output_overwrites_an_earlier_completion_in_the_model():
+    """The case the fuzz reads completions for from the model's memory (desc, seed 105, input
+    9440): a COMMIT's completion slot overwritten by the output of a LOOKUP in the same doorbell
+    holds the output, in the model as in the RTL's memory."""
+    dev = _device()
+    cmd, cpl = CFG.staging_base + 4096 * 4, CFG.staging_base + 4096 * 8
+    assert dev.configure_ring(cmd, 8, cpl) == E.OK
+    s = CFG.staging_base
+    look = TrainingDevice.make_desc(kind=DescKind.LOOKUP, table=0, batch=1, n_bags=1,
+                                    offsets_addr=s, indices_addr=s + 64, data_addr=cpl)
+    commit = TrainingDevice.make_desc(kind=DescKind.COMMIT, batch=1)
+    dev.mem.write(cmd, commit + look)
+    assert dev.doorbell(2) == E.OK
+    done = dev.process()
+    assert [int(c["status"]) for c in done] == [E.OK, E.OK]
+    slot0 = unpack_fields(CPL_FIELDS, dev.mem.read(cpl, CPL_BYTES))
+    assert slot0 != done[0]
+    rows = dev.mem.read_i32(CFG.table_base, 64 * 16).reshape(64, 16).astype("int64")
+    pooled = (rows[1] + rows[2]).clip(-2**31, 2**31 - 1)   # offsets 0, 2: indices 1, 2
+    assert dev.mem.read(cpl, 64) == pooled.astype("<i4").tobytes()
 
 
 @SETTINGS

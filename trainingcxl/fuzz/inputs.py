@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import random
 
-from hw.encodings import (DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG, DescKind,
+from hw.encodings import (DESC_BYTES, DESC_FIELDS, FLAG_DESC_LR, FLAG_LOG, N_TABLES, DescKind,
                           pack_fields, unpack_fields)
 
 __all__ = ["FIELD_NAMES", "RESERVED_BYTES", "mutate_desc", "interesting", "bound_work",
-           "csr_op", "MAX_BAGS_RUN", "MAX_SNAP_RUN"]
+           "csr_op", "lookup_overlaps_inputs", "reads_range", "MAX_BAGS_RUN", "MAX_SNAP_RUN"]
 
 FIELD_NAMES = tuple(n for n, _, _ in DESC_FIELDS)
 _WIDTH = {n: w for n, _, w in DESC_FIELDS}
@@ -83,7 +83,6 @@ def bound_work(desc: bytes, model) -> bytes:
     asked of the golden model itself, ``TrainingDevice._cmd_checks``, so nothing is guessed).
     A huge count that the checks refuse is kept: that refusal is what the fuzz wants to see."""
     from sw_model.training import _Stop
-    from hw.encodings import N_TABLES
     d = unpack_fields(DESC_FIELDS, desc)
     if d["kind"] == DescKind.SNAPSHOT and d["length"] > MAX_SNAP_RUN:
         # a copy that passes the length and range checks (docs/training.md section 9) would
@@ -138,3 +137,45 @@ def desc_template(kind: DescKind, **fields) -> bytes:
 
 
 FLAGS_GOOD = {DescKind.LOOKUP: (0, FLAG_LOG), DescKind.UPDATE: (0, FLAG_DESC_LR)}
+
+
+def lookup_overlaps_inputs(desc: bytes, model) -> bool:
+    """A LOOKUP whose output range may overlap its offsets or indices (conservatively: the
+    indices of up to max_bag rows per bag)."""
+    d = unpack_fields(DESC_FIELDS, desc)
+    if d["kind"] != DescKind.LOOKUP or d["table"] >= N_TABLES:
+        return False
+    dim = model.tables[d["table"]][2]
+    n = d["n_bags"]
+    if n > 64 or dim > 1024:
+        return False            # refused by the range checks before any output is written
+    try:
+        ends = model.mem.read_u32(d["offsets_addr"], n + 1).tolist()
+    except (ValueError, IndexError):
+        return False            # unreadable offsets: refused before any output is written
+    top = min(max(ends), model.cfg.max_bag * max(n, 1))
+    out = (d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4)
+    ins = [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
+           (d["indices_addr"], d["indices_addr"] + 4 * top)]
+    return any(out[0] < b and a < out[1] for a, b in ins)
+
+
+def reads_range(desc: bytes, model, rng: tuple) -> bool:
+    """A descriptor whose inputs may lie in ``[rng[0], rng[1])`` (conservatively: indices of
+    up to max_bag rows per bag, a snapshot's whole length)."""
+    d = unpack_fields(DESC_FIELDS, desc)
+    lo, hi = rng
+    n = d["n_bags"]
+    if d["kind"] == DescKind.SNAPSHOT:
+        ins = [(d["data_addr"], d["data_addr"] + d["length"])]
+    elif d["kind"] in (DescKind.LOOKUP, DescKind.UPDATE) and d["table"] < N_TABLES:
+        dim = model.tables[d["table"]][2]
+        if n > 64 or dim > 1024:
+            return False        # refused by the range checks before any input is read
+        ins = [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
+               (d["indices_addr"], d["indices_addr"] + 4 * model.cfg.max_bag * max(n, 1))]
+        if d["kind"] == DescKind.UPDATE:
+            ins.append((d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4))
+    else:
+        return False
+    return any(a < hi and lo < b for a, b in ins)

@@ -34,8 +34,10 @@ from cocotb.triggers import ClockCycles, SimTimeoutError, with_timeout
 
 from cosim import params
 from cosim.tb.config import BenchConfig
-from hw.encodings import DESC_BYTES, DESC_FIELDS, N_TABLES, DescKind, DeviceError, unpack_fields
-from trainingcxl.fuzz.inputs import bound_work, csr_op, mutate_desc
+from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, DESC_FIELDS, DescKind,
+                          DeviceError, unpack_fields)
+from trainingcxl.fuzz.inputs import (bound_work, csr_op, lookup_overlaps_inputs, mutate_desc,
+                                    reads_range)
 
 __all__ = ["FuzzParams", "fuzz_device", "fuzz_cxl"]
 
@@ -89,6 +91,8 @@ class _DeviceFuzz:
         self.status_hist = Counter()
         self.what_hist = Counter()
         self.last_ops = []
+        # the inputs since the last check, written beside the result when a block fails
+        self.last_inputs = []
         # ``cycles`` fields of completions written to rings the fuzz configured (the RTL writes
         # a count, the model 0): left out of the memory comparison, and only those
         self.mask = []
@@ -157,45 +161,62 @@ class _DeviceFuzz:
             else:
                 d, what = mutate_desc(self.rng, t, near=near)
             d = bound_work(d, self.tb.model)
-            if _lookup_overlaps_inputs(d, self.tb.model):
+            if lookup_overlaps_inputs(d, self.tb.model):
                 # docs/lookup.md: an output overlapping the same command's offsets or indices
                 # is undefined (hosts must not); the golden model even raises on it (desc,
                 # seed 21, input 6208): not an input with an expected answer
                 d, what = t, "template (mutation overlapped output and inputs)"
                 self.counts["undefined_skipped"] += 1
+            elif reads_range(d, self.tb.model, self.cpl_ring()):
+                # docs/training.md section 3: the completions' ``cycles`` fields are the RTL's
+                # alone; a descriptor reading them as input has no model answer (desc, seed
+                # 110, input 9952: gradients read from completion slot 0)
+                d, what = t, "template (mutation read completion records)"
+                self.counts["undefined_skipped"] += 1
             descs.append(d)
             whats.append(what)
         return descs, whats
+
+    def cpl_ring(self):
+        from hw.encodings import CPL_BYTES
+        return self.ring[2], self.ring[2] + CPL_BYTES * self.ring[1]
 
     # -------------------------------------------------------------- descriptor round
     async def desc_round(self, index):
         tb = self.tb
         descs, whats = self.fuzzed(self.p.round)
         m = tb.model
+        self.last_inputs += [{"input": index + k, "what": w,
+                              "descriptor": {f: int(v) for f, v in
+                                             unpack_fields(DESC_FIELDS, d).items()}}
+                             for k, (d, w) in enumerate(zip(descs, whats))]
         # docs/training.md section 9: the host must not change a snapshot's source until it is
         # done, and the copy runs after the SNAPSHOT's completion; later descriptors (LOOKUP
         # outputs, completion records) may write into the source, so the round is split after
         # each SNAPSHOT and the host waits for STATUS.SNAP_BUSY = 0, as a driver must
-        want, got, group = [], [], []
+        want, read, got, group = [], [], [], []
         for k, d in enumerate(descs):
             group.append(d)
             if d[0] == K.SNAPSHOT or k == len(descs) - 1:
+                slots = [m.cpl_base + CPL_BYTES * ((tb.drv.tail + i) % m.cmd_size)
+                         for i in range(len(group))]
                 tail = tb._model_ring(group)
                 assert m.doorbell(tail) == E.OK
-                want += m.process()
+                done = m.process()
+                want += done
+                read += self._as_read(done, slots)
                 got += await tb.drv.submit(group)
                 if d[0] == K.SNAPSHOT:
                     await tb.drv.wait_snapshot_idle()
                 group = []
-        for k, (w, g, what) in enumerate(zip(want, got, whats)):
+        for k, (w, r, g, what) in enumerate(zip(want, read, got, whats)):
             ws, gs = int(w["status"]), int(g["status"])
             self.counts["inputs"] += 1
             self.status_hist[E(ws).name] += 1
             if ws != E.OK:
                 self.counts["bad_inputs"] += 1
-            bad = {f: (int(w[f]), int(g[f])) for f, _, _ in
-                   __import__("hw.encodings", fromlist=["CPL_FIELDS"]).CPL_FIELDS
-                   if f != "cycles" and int(w[f]) != int(g[f])}
+            bad = {f: (int(r[f]), int(g[f])) for f, _, _ in CPL_FIELDS
+                   if f != "cycles" and int(r[f]) != int(g[f])}
             if not bad:
                 continue
             kind = ("unreported_errors" if ws != E.OK and gs == E.OK else
@@ -205,6 +226,20 @@ class _DeviceFuzz:
             raise FuzzFailure(kind, f"input {index + k} ({what}): descriptor "
                               f"{unpack_fields(DESC_FIELDS, descs[k])}, model status "
                               f"{E(ws).name}, fields (model, RTL) {bad}")
+
+    def _as_read(self, cpls, slots):
+        """The model's completions as the host reads them once the doorbell is done: a slot a
+        later descriptor's output overwrote holds that output (docs/training.md section 3),
+        taken from the model's memory."""
+        m = self.tb.model
+        out = []
+        for c, a in zip(cpls, slots):
+            mine = unpack_fields(CPL_FIELDS, m.mem.read(a, CPL_BYTES))
+            if any(int(mine[f]) != int(c[f]) for f, _, _ in CPL_FIELDS if f != "cycles"):
+                self.counts["completions_overwritten"] += 1
+                c = mine
+            out.append(c)
+        return out
 
     # -------------------------------------------------------------- ring pointers
     async def ring_pointer(self):
@@ -231,8 +266,14 @@ class _DeviceFuzz:
                     # the host waits for a snapshot before anything may touch its source
                     # (desc_round): a SNAPSHOT only as the last slot of a doorbell
                     b = bytes([0xFF]) + b[1:]
+                if reads_range(b, m, self.cpl_ring()) or lookup_overlaps_inputs(b, m):
+                    b = bytes([0xFF]) + b[1:]      # no model answer (desc_round): refused
+                    self.counts["undefined_skipped"] += 1
                 if b != d:
                     tb.poke(a, b)
+                self.last_inputs.append({"input": "ring pointer", "slot": (m.tail + i) % m.cmd_size,
+                                         "descriptor": {f: int(x) for f, x in
+                                                        unpack_fields(DESC_FIELDS, b).items()}})
         first = m.head
         code = m.doorbell(v)
         self.counts["ring_pointers"] += 1
@@ -242,11 +283,10 @@ class _DeviceFuzz:
             return
         drv.tail = v
         n = m.pending
-        want = m.process()
+        slots = [m.cpl_base + CPL_BYTES * ((first + i) % m.cmd_size) for i in range(n)]
+        want = self._as_read(m.process(), slots)
         await drv.wait_head(v)
-        from hw.encodings import CPL_BYTES, CPL_FIELDS
-        recs = await drv.read_lines([m.cpl_base + CPL_BYTES * ((first + i) % m.cmd_size)
-                                     for i in range(n)])
+        recs = await drv.read_lines(slots)
         got = [unpack_fields(CPL_FIELDS, r) for r in recs]
         off = next(o for f, o, _ in CPL_FIELDS if f == "cycles")
         self.mask += [(m.cpl_base + CPL_BYTES * ((first + i) % m.cmd_size) + off, 4)
@@ -397,7 +437,6 @@ class _DeviceFuzz:
         sides (``self.mask``) instead of zeroed on the RTL side only (``DeviceTB.cpl_areas``):
         a fuzzed LOOKUP may write its output over completion slots, and those bytes are then
         equal on both sides (desc, seed 11, input 6368)."""
-        from hw.encodings import CPL_BYTES, CPL_FIELDS
         self.tb.cpl_areas = []
         off = next(o for f, o, _ in CPL_FIELDS if f == "cycles")
         base, size = self.ring[2], self.ring[1]
@@ -448,27 +487,6 @@ class _DeviceFuzz:
             kind = "corruptions" if "memory differs" in str(e) else "csr_mismatches"
             self.counts[kind] += 1
             raise FuzzFailure(kind, str(e)) from None
-
-
-def _lookup_overlaps_inputs(desc: bytes, model) -> bool:
-    """A LOOKUP whose output range may overlap its offsets or indices (conservatively: the
-    indices of up to max_bag rows per bag)."""
-    d = unpack_fields(DESC_FIELDS, desc)
-    if d["kind"] != K.LOOKUP or d["table"] >= N_TABLES:
-        return False
-    dim = model.tables[d["table"]][2]
-    n = d["n_bags"]
-    if n > 64 or dim > 1024:
-        return False            # refused by the range checks before any output is written
-    try:
-        ends = model.mem.read_u32(d["offsets_addr"], n + 1).tolist()
-    except (ValueError, IndexError):
-        return False            # unreadable offsets: refused before any output is written
-    top = min(max(ends), model.cfg.max_bag * max(n, 1))
-    out = (d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4)
-    ins = [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
-           (d["indices_addr"], d["indices_addr"] + 4 * top)]
-    return any(out[0] < b and a < out[1] for a, b in ins)
 
 
 def _names(c: Counter) -> dict:
@@ -540,6 +558,7 @@ async def fuzz_device(dut):
             await _watch(fz.good_batch(f"good batch after input {fz.counts['inputs']}"), p,
                          "good batch")
             i = fz.counts["inputs"]
+            fz.last_inputs = []
         # committed state survives a power cycle: reset + RECOVER equals the model's
         await _watch(tb.drv.wait_snapshot_idle(), p, "snapshot idle")
         await _watch(tb.power_on(), p, "power cycle")
@@ -554,6 +573,10 @@ async def fuzz_device(dut):
         print(f"fuzz: bench error {e!r}", flush=True)
     if failure and failure["kind"] == "hangs":
         fz.counts["hangs"] += 1
+    if failure and fz.last_inputs:
+        # the descriptors since the last passing check, to read the failure from
+        failure["inputs_file"] = str(Path(p.out).with_name("failure_inputs.json"))
+        Path(failure["inputs_file"]).write_text(json.dumps(fz.last_inputs, indent=1))
     res = _result(p, _counts(fz.counts), t0, c0, _cycle(), failure,
                   status_histogram=dict(sorted(fz.status_hist.items())))
     Path(p.out).write_text(json.dumps(res, indent=1))

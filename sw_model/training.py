@@ -108,6 +108,8 @@ from .device import DeviceModel, LookupCmd
 from .fixedpoint import I32_MAX, I32_MIN, mul_round
 from .memory import MemoryImage
 
+_LOG_MAGIC_BYTES = LOG_MAGIC.to_bytes(4, "little")
+
 E = DeviceError
 
 # CSR byte addresses used as ``err_value`` of CSR_BUSY, read from the generated register map
@@ -436,22 +438,34 @@ class TrainingDevice:
             c, e = sb["committed"], sb["recovery_epoch"]
             open_batch = c + 1
 
-            def current(h):
-                return h["magic"] == LOG_MAGIC and h["batch"] == open_batch and h["epoch"] == e
+            def current(line):
+                if line[:4] != _LOG_MAGIC_BYTES:
+                    return None
+                h = unpack_fields(LOG_HDR_FIELDS, line)
+                return h if h["batch"] == open_batch and h["epoch"] == e else None
+
+            blocks = {}             # header lines read 256 slots at a time
+
+            def header(s):
+                k = s // 256
+                if k not in blocks:
+                    end = min(self.log_slots, 256 * k + 256)
+                    blocks[k] = mem.gather_lines([slot_addr(cfg, x) for x in range(256 * k, end)])
+                o = (s % 256) * LINE_BYTES
+                return blocks[k][o:o + LINE_BYTES]
 
             q = 0
-            while q < self.log_slots:
-                if not current(unpack_fields(LOG_HDR_FIELDS,
-                                             mem.read(slot_addr(cfg, q), LINE_BYTES))):
-                    break
+            while q < self.log_slots and current(header(q)) is not None:
                 q += 1
             t0, t1 = cfg.table_base, cfg.table_base + cfg.table_size
             for s in range(min(q + cfg.log_window, self.log_slots) - 1, -1, -1):
                 a = slot_addr(cfg, s)
-                line = mem.read(a, LINE_BYTES)
-                h = unpack_fields(LOG_HDR_FIELDS, line)
+                line = header(s)
+                h = current(line)
+                if h is None:
+                    continue
                 dim, addr = h["dim"], h["addr"]
-                if not (current(h) and dim in SUPPORTED_DIMS and addr % LINE_BYTES == 0
+                if not (dim in SUPPORTED_DIMS and addr % LINE_BYTES == 0
                         and t0 <= addr and addr + dim * 4 <= t1):
                     continue
                 data = mem.read(a + LINE_BYTES, dim * 4)

@@ -51,6 +51,7 @@ class FuzzBlock:
     out: str
     build: object
     sabotage: str = ""
+    profile: bool = False
 
 
 def _build(surface: str):
@@ -73,7 +74,8 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
     out = cluster.fresh_task_dir(block.out)
     p = FuzzParams(surface=block.surface, out=str(out / "result.json"), count=block.count, seed=block.seed,
                    round=block.round, watchdog_us=block.watchdog_us,
-                   bench=BenchConfig(DeviceConfig()), sabotage=block.sabotage)
+                   bench=BenchConfig(DeviceConfig()), sabotage=block.sabotage,
+                   profile=block.profile)
     test = "fuzz_cxl" if block.surface == "cxl" else "fuzz_device"
     r = cluster.run_sim_task(b, "trainingcxl.fuzz.tb", test, seed=block.seed, params=p, out=out,
                              what="fuzz run")
@@ -115,6 +117,9 @@ def main(argv=None) -> int:
                     help="simulated microseconds allowed per round before it counts as a hang")
     ap.add_argument("--out", type=Path, default=None,
                     help="report directory (default build/fuzz/<surface>)")
+    ap.add_argument("--profile", action="store_true",
+                    help="desc/csr: cProfile statistics of each block's loop, profile.pstats "
+                         "beside its result.json")
     cluster.add_arguments(ap)
     args = ap.parse_args(argv)
     cluster.check_arguments(ap, args)
@@ -138,7 +143,7 @@ def _fuzz(args, ex) -> int:
     blocks = [FuzzBlock(index=i, surface=args.surface, seed=args.seed + i,
                         count=n // k + (1 if i < n % k else 0), round=rnd,
                         watchdog_us=args.watchdog_us, out=str(out / "blocks" / f"{i:03d}"),
-                        build=b) for i in range(k)]
+                        build=b, profile=args.profile) for i in range(k)]
     results = ex.map(run_block, blocks, desc="fuzz", unit="block", progress=k > 1)
     rep = merge(results)
     for key in ("inputs", "bad_inputs") + FAILURE_KEYS:

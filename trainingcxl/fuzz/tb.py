@@ -111,6 +111,8 @@ class _DeviceFuzz:
             await tb.set_table(tid, base, rows, dim)
         await tb.set_lr(lr_q(tb, 0.05))
         self.ring = (tb.salloc.alloc(64 * 64), 64, tb.salloc.alloc(64 * 64))
+        # completion rings doorbells ran on: inputs read from them have no model answer
+        self.cpl_rings = {(self.ring[2], self.ring[1])}
         await tb.configure_ring(64, cmd_base=self.ring[0], cpl_base=self.ring[2])
         self._mask_ring()
         self.snap_src = tb.stage(bytes(self.rng.getrandbits(8) for _ in range(256)))
@@ -167,7 +169,7 @@ class _DeviceFuzz:
                 # seed 21, input 6208): not an input with an expected answer
                 d, what = t, "template (mutation overlapped output and inputs)"
                 self.counts["undefined_skipped"] += 1
-            elif reads_range(d, self.tb.model, self.cpl_ring()):
+            elif self.reads_completions(d):
                 # docs/training.md section 3: the completions' ``cycles`` fields are the RTL's
                 # alone; a descriptor reading them as input has no model answer (desc, seed
                 # 110, input 9952: gradients read from completion slot 0)
@@ -177,9 +179,11 @@ class _DeviceFuzz:
             whats.append(what)
         return descs, whats
 
-    def cpl_ring(self):
-        from hw.encodings import CPL_BYTES
-        return self.ring[2], self.ring[2] + CPL_BYTES * self.ring[1]
+    def reads_completions(self, desc: bytes) -> bool:
+        """``desc`` may read a completion record of any ring a doorbell ran on (their
+        ``cycles`` fields are the RTL's alone)."""
+        m = self.tb.model
+        return any(reads_range(desc, m, (b, b + CPL_BYTES * n)) for b, n in self.cpl_rings)
 
     # -------------------------------------------------------------- descriptor round
     async def desc_round(self, index):
@@ -257,6 +261,7 @@ class _DeviceFuzz:
         v = _merge(m.tail, v, strb)
         # the slots a doorbell would run: keep their work bounded (host writes, both sides)
         if m.ready and m._ring_config_error() is None and v < m.cmd_size:
+            self.cpl_rings.add((m.cpl_base, m.cmd_size))
             n = (v - m.tail) % m.cmd_size
             for i in range(n):
                 a = m.cmd_base + DESC_BYTES * ((m.tail + i) % m.cmd_size)
@@ -266,7 +271,7 @@ class _DeviceFuzz:
                     # the host waits for a snapshot before anything may touch its source
                     # (desc_round): a SNAPSHOT only as the last slot of a doorbell
                     b = bytes([0xFF]) + b[1:]
-                if reads_range(b, m, self.cpl_ring()) or lookup_overlaps_inputs(b, m):
+                if self.reads_completions(b) or lookup_overlaps_inputs(b, m):
                     b = bytes([0xFF]) + b[1:]      # no model answer (desc_round): refused
                     self.counts["undefined_skipped"] += 1
                 if b != d:
@@ -541,6 +546,11 @@ async def fuzz_device(dut):
     c0 = _cycle()
     failure = None
     i = 0
+    prof = None
+    if p.profile:
+        import cProfile
+        prof = cProfile.Profile()
+        prof.enable()
     try:
         await _watch(fz.setup(), p, "setup")
         if p.sabotage == "corrupt":
@@ -571,6 +581,9 @@ async def fuzz_device(dut):
         failure = {"kind": "bench_error", "detail": traceback.format_exc()[-4000:],
                    "input": fz.counts["inputs"]}
         print(f"fuzz: bench error {e!r}", flush=True)
+    if prof is not None:
+        prof.disable()
+        prof.dump_stats(Path(p.out).with_name("profile.pstats"))
     if failure and failure["kind"] == "hangs":
         fz.counts["hangs"] += 1
     if failure and fz.last_inputs:

@@ -62,6 +62,8 @@ class FuzzParams:
     # (desc/csr: must be reported as a corruption); "missing_error" makes the scoreboard wait
     # for an error pulse that no input causes (cxl: must be reported as an unreported error)
     sabotage: str = ""
+    # cProfile statistics of the device fuzz loop written beside ``out`` (profile.pstats)
+    profile: bool = False
 
 
 class FuzzFailure(Exception):

@@ -52,15 +52,16 @@ class FuzzBlock:
     build: object
     sabotage: str = ""
     profile: bool = False
+    pmem: str = "python"
 
 
-def _build(surface: str):
+def _build(surface: str, pmem: str = "python"):
     from cosim import build as cb
     from hw.config import DeviceConfig
     if surface == "cxl":
         from trainingcxl.stress.job import _build as dcoh_build
         return dcoh_build("main")
-    return cb.device_build(DeviceConfig())
+    return cb.device_build(DeviceConfig(), pmem=pmem)
 
 
 def run_block(block: FuzzBlock, *, progress=None) -> dict:
@@ -70,11 +71,11 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
     from hw.config import DeviceConfig
     from trainingcxl.fuzz.tb import FuzzParams
 
-    b = block.build if cb.is_built(block.build) else _build(block.surface)
+    b = block.build if cb.is_built(block.build) else _build(block.surface, block.pmem)
     out = cluster.fresh_task_dir(block.out)
     p = FuzzParams(surface=block.surface, out=str(out / "result.json"), count=block.count, seed=block.seed,
                    round=block.round, watchdog_us=block.watchdog_us,
-                   bench=BenchConfig(DeviceConfig()), sabotage=block.sabotage,
+                   bench=BenchConfig(DeviceConfig(), pmem=block.pmem), sabotage=block.sabotage,
                    profile=block.profile)
     test = "fuzz_cxl" if block.surface == "cxl" else "fuzz_device"
     r = cluster.run_sim_task(b, "trainingcxl.fuzz.tb", test, seed=block.seed, params=p, out=out,
@@ -117,6 +118,10 @@ def main(argv=None) -> int:
                     help="simulated microseconds allowed per round before it counts as a hang")
     ap.add_argument("--out", type=Path, default=None,
                     help="report directory (default build/fuzz/<surface>)")
+    ap.add_argument("--pmem", choices=("python", "cpp"), default="python",
+                    help="desc/csr: PMEM model on the media port: python (cosim.pmem, with "
+                         "media stalls; default) or cpp (compiled into the simulator, its own "
+                         "build, no stalls, faster)")
     ap.add_argument("--profile", action="store_true",
                     help="desc/csr: cProfile statistics of each block's loop, profile.pstats "
                          "beside its result.json")
@@ -137,13 +142,13 @@ def _fuzz(args, ex) -> int:
           f"blocks={args.blocks} round={rnd} watchdog={args.watchdog_us} us; {ex.description}",
           flush=True)
     t0 = time.monotonic()
-    b = _build(args.surface)            # once, before any task: the workers find it cached
+    b = _build(args.surface, args.pmem)  # once, before any task: the workers find it cached
     build_s = round(time.monotonic() - t0, 1)
     n, k = args.count, args.blocks
     blocks = [FuzzBlock(index=i, surface=args.surface, seed=args.seed + i,
                         count=n // k + (1 if i < n % k else 0), round=rnd,
                         watchdog_us=args.watchdog_us, out=str(out / "blocks" / f"{i:03d}"),
-                        build=b, profile=args.profile) for i in range(k)]
+                        build=b, profile=args.profile, pmem=args.pmem) for i in range(k)]
     results = ex.map(run_block, blocks, desc="fuzz", unit="block", progress=k > 1)
     rep = merge(results)
     for key in ("inputs", "bad_inputs") + FAILURE_KEYS:

@@ -540,7 +540,9 @@ async def fuzz_device(dut):
     if p.surface not in ("desc", "csr"):
         return
     random.seed(p.seed)                      # DeviceTB draws its seed from cocotb's random
-    tb = DeviceTB(dut, latency=12, stall=0.02, name=f"fuzz-{p.surface}")
+    # media stalls need the Python PMEM model (the C++ one has none)
+    stall = 0.02 if p.bench.pmem == "python" else 0.0
+    tb = DeviceTB(dut, latency=12, stall=stall, name=f"fuzz-{p.surface}")
     rng = random.Random(p.seed)
     fz = _DeviceFuzz(tb, rng, p)
     print(f"fuzz {p.surface}: seed={p.seed} count={p.count} round={p.round}", flush=True)

@@ -115,14 +115,15 @@ crash: $(STAMP)
 # Fuzzing (docs/faults.md): mutated descriptors and ring pointers, CSR sequences (full device),
 # raw CXL.mem headers and stray BIRsps (DCOH) against the golden model; one report per surface
 # in build/fuzz/<surface>/report.json. Counts: DESCS, CSRS, CXLS; BLOCKS=K splits each into K
-# launches (WORKERS=N spreads them on a local Dask cluster). Defaults take about 30 minutes.
+# launches (WORKERS=N spreads them on a local Dask cluster); PMEM=cpp runs desc and csr on the
+# C++ PMEM model. Defaults take about 30 minutes.
 # Media-fault campaign (docs/faults.md): random SLVERR/DECERR in every phase of training batches
 faults: $(STAMP)
 	$(TCXL) faults --batches $(or $(BATCHES),100) --blocks $(or $(BLOCKS),8) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
 
 fuzz: $(STAMP)
-	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
-	$(TCXL) fuzz --surface csr --count $(or $(CSRS),500) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
+	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS)) $(if $(PMEM),--pmem $(PMEM))
+	$(TCXL) fuzz --surface csr --count $(or $(CSRS),500) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS)) $(if $(PMEM),--pmem $(PMEM))
 	$(TCXL) fuzz --surface cxl --count $(or $(CXLS),100000) --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS))
 
 # Mutation testing of the golden model (docs/verification.md): mutmut mutants of sw_model/ against

@@ -33,7 +33,9 @@ def test_no_command_and_unknown_command_exit_2(capsys):
                                   ["train", "--dim", "24"], ["train", "--crashes", "9",
                                                              "--batches", "5"],
                                   ["study", "--lags", "x"], ["crash", "--points", "-1"],
-                                  ["train", "--data", "/nonexistent.npz"]])
+                                  ["train", "--data", "/nonexistent.npz"],
+                                  ["fuzz", "--surface", "cxl", "--pmem", "cpp"],
+                                  ["fuzz", "--surface", "cxl", "--profile"]])
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     assert cli.main(argv) == 2
     assert "error" in capsys.readouterr().err

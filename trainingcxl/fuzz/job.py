@@ -131,6 +131,9 @@ def main(argv=None) -> int:
     if args.count < 1 or not 1 <= args.blocks <= args.count:
         ap.error(f"need --count >= 1 and 1 <= --blocks <= --count, got --count {args.count} "
                  f"--blocks {args.blocks}")
+    if args.surface == "cxl" and (args.pmem != "python" or args.profile):
+        ap.error("--pmem and --profile apply to the device surfaces (desc, csr); the cxl "
+                 "surface runs the DCOH test top")
     return cluster.run_with_executor("fuzz", args, lambda ex: _fuzz(args, ex))
 
 
@@ -154,7 +157,7 @@ def _fuzz(args, ex) -> int:
     for key in ("inputs", "bad_inputs") + FAILURE_KEYS:
         rep.setdefault(key, 0)
     rep.update(surface=args.surface, seed=args.seed, count=args.count, blocks_n=k,
-               round=rnd, watchdog_us=args.watchdog_us, build_s=build_s,
+               round=rnd, watchdog_us=args.watchdog_us, pmem=args.pmem, build_s=build_s,
                wall_total_s=round(time.monotonic() - t0, 1))
     (out / "report.json").write_text(json.dumps(rep, indent=1))
     fails = {key: rep[key] for key in FAILURE_KEYS if rep[key]}

@@ -444,15 +444,10 @@ class TrainingDevice:
                 h = unpack_fields(LOG_HDR_FIELDS, line)
                 return h if h["batch"] == open_batch and h["epoch"] == e else None
 
-            blocks = {}             # header lines read 256 slots at a time
-
             def header(s):
-                k = s // 256
-                if k not in blocks:
-                    end = min(self.log_slots, 256 * k + 256)
-                    blocks[k] = mem.gather_lines([slot_addr(cfg, x) for x in range(256 * k, end)])
-                o = (s % 256) * LINE_BYTES
-                return blocks[k][o:o + LINE_BYTES]
+                # one read per header, as the RTL's scan: the reads are media events a trace
+                # compares (docs/traces.md)
+                return mem.read(slot_addr(cfg, s), LINE_BYTES)
 
             q = 0
             while q < self.log_slots and current(header(q)) is not None:

@@ -139,43 +139,53 @@ def desc_template(kind: DescKind, **fields) -> bytes:
 FLAGS_GOOD = {DescKind.LOOKUP: (0, FLAG_LOG), DescKind.UPDATE: (0, FLAG_DESC_LR)}
 
 
+def _bag_command(d: dict, model):
+    """``(dim, n_bags)`` of a LOOKUP or UPDATE (unpacked) that the range checks let read its
+    inputs, else None (bad table; n_bags > 64 or dim > 1024 are refused before any read)."""
+    if d["kind"] not in (DescKind.LOOKUP, DescKind.UPDATE) or d["table"] >= N_TABLES:
+        return None
+    dim, n = model.tables[d["table"]][2], d["n_bags"]
+    return None if n > 64 or dim > 1024 else (dim, n)
+
+
+def _index_ranges(d: dict, n: int, rows: int) -> list:
+    """The offsets (n + 1 words) and the first ``rows`` indices of a LOOKUP/UPDATE."""
+    return [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
+            (d["indices_addr"], d["indices_addr"] + 4 * rows)]
+
+
+def _overlaps(ranges, lo: int, hi: int) -> bool:
+    return any(a < hi and lo < b for a, b in ranges)
+
+
 def lookup_overlaps_inputs(desc: bytes, model) -> bool:
     """A LOOKUP whose output range may overlap its offsets or indices (conservatively: the
     indices of up to max_bag rows per bag)."""
     d = unpack_fields(DESC_FIELDS, desc)
-    if d["kind"] != DescKind.LOOKUP or d["table"] >= N_TABLES:
-        return False
-    dim = model.tables[d["table"]][2]
-    n = d["n_bags"]
-    if n > 64 or dim > 1024:
+    g = _bag_command(d, model) if d["kind"] == DescKind.LOOKUP else None
+    if g is None:
         return False            # refused by the range checks before any output is written
+    dim, n = g
     try:
         ends = model.mem.read_u32(d["offsets_addr"], n + 1).tolist()
     except (ValueError, IndexError):
         return False            # unreadable offsets: refused before any output is written
     top = min(max(ends), model.cfg.max_bag * max(n, 1))
-    out = (d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4)
-    ins = [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
-           (d["indices_addr"], d["indices_addr"] + 4 * top)]
-    return any(out[0] < b and a < out[1] for a, b in ins)
+    return _overlaps(_index_ranges(d, n, top), d["data_addr"],
+                     d["data_addr"] + max(n, 1) * max(dim, 1) * 4)
 
 
 def reads_range(desc: bytes, model, rng: tuple) -> bool:
     """A descriptor whose inputs may lie in ``[rng[0], rng[1])`` (conservatively: indices of
     up to max_bag rows per bag, a snapshot's whole length)."""
     d = unpack_fields(DESC_FIELDS, desc)
-    lo, hi = rng
-    n = d["n_bags"]
     if d["kind"] == DescKind.SNAPSHOT:
-        ins = [(d["data_addr"], d["data_addr"] + d["length"])]
-    elif d["kind"] in (DescKind.LOOKUP, DescKind.UPDATE) and d["table"] < N_TABLES:
-        dim = model.tables[d["table"]][2]
-        if n > 64 or dim > 1024:
-            return False        # refused by the range checks before any input is read
-        ins = [(d["offsets_addr"], d["offsets_addr"] + 4 * (n + 1)),
-               (d["indices_addr"], d["indices_addr"] + 4 * model.cfg.max_bag * max(n, 1))]
-        if d["kind"] == DescKind.UPDATE:
-            ins.append((d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4))
-    else:
-        return False
-    return any(a < hi and lo < b for a, b in ins)
+        return _overlaps([(d["data_addr"], d["data_addr"] + d["length"])], *rng)
+    g = _bag_command(d, model)
+    if g is None:
+        return False            # no inputs, or refused before any is read
+    dim, n = g
+    ins = _index_ranges(d, n, model.cfg.max_bag * max(n, 1))
+    if d["kind"] == DescKind.UPDATE:
+        ins.append((d["data_addr"], d["data_addr"] + max(n, 1) * max(dim, 1) * 4))
+    return _overlaps(ins, *rng)

@@ -192,9 +192,7 @@ class _DeviceFuzz:
         tb = self.tb
         descs, whats = self.fuzzed(self.p.round)
         m = tb.model
-        self.last_inputs += [{"input": index + k, "what": w,
-                              "descriptor": {f: int(v) for f, v in
-                                             unpack_fields(DESC_FIELDS, d).items()}}
+        self.last_inputs += [_input_record(d, input=index + k, what=w)
                              for k, (d, w) in enumerate(zip(descs, whats))]
         # docs/training.md section 9: the host must not change a snapshot's source until it is
         # done, and the copy runs after the SNAPSHOT's completion; later descriptors (LOOKUP
@@ -278,9 +276,8 @@ class _DeviceFuzz:
                     self.counts["undefined_skipped"] += 1
                 if b != d:
                     tb.poke(a, b)
-                self.last_inputs.append({"input": "ring pointer", "slot": (m.tail + i) % m.cmd_size,
-                                         "descriptor": {f: int(x) for f, x in
-                                                        unpack_fields(DESC_FIELDS, b).items()}})
+                self.last_inputs.append(_input_record(b, input="ring pointer",
+                                                      slot=(m.tail + i) % m.cmd_size))
         first = m.head
         code = m.doorbell(v)
         self.counts["ring_pointers"] += 1
@@ -296,8 +293,7 @@ class _DeviceFuzz:
         recs = await drv.read_lines(slots)
         got = [unpack_fields(CPL_FIELDS, r) for r in recs]
         off = next(o for f, o, _ in CPL_FIELDS if f == "cycles")
-        self.mask += [(m.cpl_base + CPL_BYTES * ((first + i) % m.cmd_size) + off, 4)
-                      for i in range(n)]
+        self.mask += [(a + off, 4) for a in slots]
         try:
             tb.compare_cpls(want, got, "doorbell")
         except AssertionError as e:
@@ -494,6 +490,11 @@ class _DeviceFuzz:
             kind = "corruptions" if "memory differs" in str(e) else "csr_mismatches"
             self.counts[kind] += 1
             raise FuzzFailure(kind, str(e)) from None
+
+
+def _input_record(desc: bytes, **where) -> dict:
+    """A descriptor as ``failure_inputs.json`` lists it: ``where`` it ran, then its fields."""
+    return {**where, "descriptor": {f: int(v) for f, v in unpack_fields(DESC_FIELDS, desc).items()}}
 
 
 def _names(c: Counter) -> dict:

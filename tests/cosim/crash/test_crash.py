@@ -16,7 +16,6 @@ from trainingcxl.crash.campaign import run_campaign
 N_POINTS = 20
 
 
-
 @pytest.mark.cosim
 def test_crash_smoke(crash_build, seed, tmp_path):
     cfg, b = crash_build

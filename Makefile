@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test coverage mutate mutate-hw mutate-model test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash fuzz faults clean
+.PHONY: venv test coverage mutate mutate-hw mutate-model test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash crash-extended fuzz faults clean
 
 venv: $(STAMP)
 
@@ -112,14 +112,22 @@ stress: $(STAMP)
 crash: $(STAMP)
 	$(TCXL) crash --points $(or $(POINTS),1000) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
 
+# The extended campaign (docs/crash.md, "Extended workload"): the 128-bit fpga-ecp5
+# configuration with a 136-slot undo log (its own build, 2-4 min cold), tables of 2^20 rows,
+# batches that overflow a logged-set set and end in LOG_FULL, error completions expected;
+# report in build/crash-extended/report.json
+crash-extended: $(STAMP)
+	$(TCXL) crash --config fpga-ecp5 --set log_size=78336 --workload extended --points $(or $(POINTS),1000) --seed $(or $(SEED),1) --out build/crash-extended $(if $(WORKERS),--workers $(WORKERS))
+
+# Media-fault campaign (docs/faults.md): random SLVERR/DECERR in every phase of training batches
+faults: $(STAMP)
+	$(TCXL) faults --batches $(or $(BATCHES),100) --blocks $(or $(BLOCKS),8) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
+
 # Fuzzing (docs/faults.md): mutated descriptors and ring pointers, CSR sequences (full device),
 # raw CXL.mem headers and stray BIRsps (DCOH) against the golden model; one report per surface
 # in build/fuzz/<surface>/report.json. Counts: DESCS, CSRS, CXLS; BLOCKS=K splits each into K
 # launches (WORKERS=N spreads them on a local Dask cluster); PMEM=cpp runs desc and csr on the
 # C++ PMEM model. Defaults take about 30 minutes.
-# Media-fault campaign (docs/faults.md): random SLVERR/DECERR in every phase of training batches
-faults: $(STAMP)
-	$(TCXL) faults --batches $(or $(BATCHES),100) --blocks $(or $(BLOCKS),8) --seed $(or $(SEED),1) $(if $(WORKERS),--workers $(WORKERS))
 
 fuzz: $(STAMP)
 	$(TCXL) fuzz --surface desc --count $(or $(DESCS),2000) --round 32 --seed $(or $(SEED),1) --blocks $(or $(BLOCKS),1) $(if $(WORKERS),--workers $(WORKERS)) $(if $(PMEM),--pmem $(PMEM))

@@ -11,11 +11,26 @@ staging: the command ring (``ring_size`` descriptors) at ``staging_base``, the c
 right after it, then one private area per batch (offsets, indices, gradients, LOOKUP outputs),
 so the staging data of every batch can be written up front and re-written for a replay.
 
+Table contents (``init``): ``"all"`` writes every row up front (from the workload's seed, in
+table order); ``"touched"`` writes only the rows some batch reads (LOOKUP bags, table 1's own
+UPDATE bags, the hot rows), each from a stream seeded by (seed, table, row), just before the
+first batch that reads it; the other rows are never written and read as zeros. The device
+never reads them, so the images stay as small as the rows a run touches and tables of 2^20
+rows cost no more than small ones (the comparisons walk every line either image holds, so a
+write anywhere in a table is still caught).
+
 Indices are Zipf-skewed (``sw_model.workload.zipf_indices``, alpha ~1, rows shuffled), bags of
 uniform length 0..2*pooling (empty bags occur). Gradients are int32 normals; table 2 (when
 present) updates with the descriptor's lr (flag ``DESC_LR``), the others with the LR CSR.
 Each UPDATE uses its table's LOOKUP bags (rows already logged by the LOOKUP), except table 1's,
 which has bags of its own so the UPDATE's synchronous logging path runs too.
+
+Error completions (``allow_errors``): by default every model completion must be OK. With
+``allow_errors`` the model's error completions are the expected ones, for example ``LOG_FULL``
+when a batch logs more rows than the configuration's ``log_slots`` (docs/training.md section 5:
+the LOOKUP still writes its outputs, the UPDATE stops before the first row it could not log,
+the COMMIT commits what was applied). The run, and so every replay after a crash, is still one
+deterministic sequence: every batch starts with an empty log and logged set.
 
 MLP snapshots (``snap_bytes`` > 0, docs/training.md section 9): every batch ``b`` also holds
 SNAPSHOT(``b``) after its UPDATEs, before its COMMIT, of ``snap_bytes`` seeded bytes from a
@@ -57,6 +72,9 @@ class TableSpec:
     def nbytes(self) -> int:
         return self.rows * self.dim * 4
 
+    def holds(self, addr: int) -> bool:
+        return self.base <= addr < self.base + self.nbytes
+
 
 @dataclass
 class Batch:
@@ -65,7 +83,7 @@ class Batch:
     staging: list            # [(addr, bytes)]: offsets, indices, gradients (host-written data)
     descs: list              # [bytes] 64-byte descriptors in submission order
     expect: list             # [dict] model completions (CPL_FIELDS; cycles 0)
-    tables_after: dict       # {tid: bytes} after the COMMIT
+    tables_after: dict       # table lines after the COMMIT (TrainingWorkload.read_tables)
     out_areas: list = field(default_factory=list)   # [(addr, nbytes)] LOOKUP outputs
     snap: tuple | None = None  # (epoch, slot index, payload bytes) of its SNAPSHOT, if any
 
@@ -80,7 +98,7 @@ class TrainingWorkload:
     ring_size: int
     cpl_base: int
     initial: MemoryImage     # tables only (superblock unformatted, log and staging empty)
-    tables0: dict            # {tid: bytes} initial contents
+    tables0: dict            # table lines of ``initial`` (read_tables)
     batches: list            # [Batch]
     final_image: MemoryImage  # model memory after the whole run (no completions written)
     model_recover_records: int = 0
@@ -101,19 +119,26 @@ class TrainingWorkload:
         return self.tables0 if c == 0 else self.batches[c - 1].tables_after
 
     def read_tables(self, mem) -> dict:
-        return {t.tid: mem.read(t.base, t.nbytes) for t in self.tables}
+        """``{line address: bytes}`` of every line of the tables' extents that ``mem`` holds
+        (lines never written are absent and read as ``mem``'s fill). One pass over ``mem``'s
+        lines, so it costs what the image holds, not the tables' size."""
+        return _table_lines(self.tables, mem)
 
     def table_diffs(self, mem, want: dict, limit: int = 4) -> list:
-        """``[(tid, row, element, want, got)]`` of the first differing elements."""
+        """``[(tid, row, element, want, got)]`` of the first differing elements of ``mem``'s
+        tables against ``want`` (table lines, :meth:`read_tables`), in address order."""
+        got = self.read_tables(mem)
+        fill = mem._fill_line
         out = []
-        for t in self.tables:
-            got = mem.read(t.base, t.nbytes)
-            if got == want[t.tid]:
+        for a in sorted(set(got) | set(want)):
+            g, w = got.get(a, fill), want.get(a, fill)
+            if g == w:
                 continue
-            g = np.frombuffer(got, "<i4").reshape(t.rows, t.dim)
-            w = np.frombuffer(want[t.tid], "<i4").reshape(t.rows, t.dim)
-            for r, e in zip(*np.nonzero(g != w)):
-                out.append((t.tid, int(r), int(e), int(w[r, e]), int(g[r, e])))
+            t = next(t for t in self.tables if t.holds(a))
+            gi, wi = np.frombuffer(g, "<i4"), np.frombuffer(w, "<i4")
+            for k in np.nonzero(gi != wi)[0].tolist():
+                el = (a - t.base) // 4 + k
+                out.append((t.tid, el // t.dim, el % t.dim, int(wi[k]), int(gi[k])))
                 if len(out) >= limit:
                     return out
         return out
@@ -132,6 +157,17 @@ class TrainingWorkload:
         if self.mlp_lag is not None:
             dev.csr_write("MLP_LAG", self.mlp_lag)
         return dev
+
+    @property
+    def cpl_errors(self) -> dict:
+        """``{status name: count}`` of the model's error completions over the run."""
+        out = {}
+        for b in self.batches:
+            for c in b.expect:
+                if c["status"] != DeviceError.OK:
+                    name = DeviceError(c["status"]).name
+                    out[name] = out.get(name, 0) + 1
+        return out
 
     @property
     def snapshots(self) -> list:
@@ -191,6 +227,13 @@ class TrainingWorkload:
                 if k not in CPL_COMPARE_SKIP and int(want[k]) != int(got.get(k, -1))}
 
 
+def _table_lines(tables, mem) -> dict:
+    spans = sorted((t.base, t.base + t.nbytes) for t in tables)
+    lo, hi = spans[0][0], spans[-1][1]
+    return {a: bytes(v) for a, v in mem._lines.items()
+            if lo <= a < hi and any(b <= a < e for b, e in spans)}
+
+
 def _lr_fixed(x: float, frac_bits: int) -> int:
     return int(round(x * (1 << frac_bits)))
 
@@ -198,8 +241,12 @@ def _lr_fixed(x: float, frac_bits: int) -> int:
 def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300, 200, 160),
                   n_batches: int = 4, n_bags: int = 4, pooling: int = 3, alpha: float = 1.05,
                   lr: float = 0.05, ring_size: int = 16, snap_bytes: int = 0,
-                  snap_lag: int | None = None, hot_set: int = 0) -> TrainingWorkload:
+                  snap_lag: int | None = None, hot_set: int = 0, init: str = "all",
+                  allow_errors: bool = False) -> TrainingWorkload:
     """Build the workload and run it on the golden model (fresh device: format, then batches).
+
+    ``init``: ``"all"`` or ``"touched"`` (which table rows are written; module docstring).
+    ``allow_errors``: error completions of the model are expected ones instead of a refusal.
 
     ``snap_bytes`` > 0: a SNAPSHOT of that many bytes in every batch, with MLP_LAG =
     ``snap_lag`` (None: not written; module docstring). ``hot_set`` > 0: the last bag of table
@@ -218,6 +265,8 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     if hot_set and (hot_set > sets or rows[0] < hot_set * sets):
         raise ValueError(f"hot_set={hot_set} needs at most {sets} rows and table 0 of at "
                          f"least {hot_set * sets} rows, has {rows[0]}")
+    if init not in ("all", "touched"):
+        raise ValueError(f"init must be 'all' or 'touched', got {init!r}")
     if per_batch > ring_size - 1:
         raise ValueError(f"{per_batch} descriptors per batch do not fit a ring of {ring_size}")
     rng = np.random.default_rng(seed)
@@ -233,23 +282,17 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     for tid, (r, d) in enumerate(zip(rows, dims)):
         base = talloc.alloc(r * d * 4)
         specs.append(TableSpec(tid, base, r, d))
-        mem.write_i32(base, make_table(rng, r, d, cfg.frac_bits, 1.0).ravel())
-    initial = mem.copy()
+        if init == "all":
+            mem.write_i32(base, make_table(rng, r, d, cfg.frac_bits, 1.0).ravel())
+    touched = [set() for _ in specs]        # init "touched": rows some batch reads, per table
     salloc = RegionAllocator(cfg.staging_base, cfg.staging_size)
     ring_base = salloc.alloc(ring_size * DESC_BYTES)
     cpl_base = salloc.alloc(ring_size * CPL_BYTES)
     lr_csr = _lr_fixed(lr, cfg.frac_bits)
     lr_desc = _lr_fixed(lr * 0.5, cfg.frac_bits)
 
-    dev = TrainingDevice(cfg, mem)
-    for t in specs:
-        dev.set_table(t.tid, t.base, t.rows, t.dim)
-    dev.lr = lr_csr
-    if snap_lag is not None:
-        dev.csr_write("MLP_LAG", snap_lag)
-    rec = dev.recover()
-    tables0 = {t.tid: initial.read(t.base, t.nbytes) for t in specs}
-    batches = []
+    # every batch's staging data and descriptors first (they do not depend on the model) ...
+    plans = []
     tag = 1
     for b in range(1, n_batches + 1):
         staging, descs, outs = [], [], []
@@ -264,6 +307,7 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 indices = np.concatenate([indices, np.array(hot_rows, np.uint32)])
                 offsets = offsets.copy()
                 offsets[-1] += len(hot_rows)
+            touched[t.tid].update(indices.tolist())
             oaddr = salloc.alloc(4 * len(offsets))
             iaddr = salloc.alloc(max(4 * len(indices), 4))
             gaddr = salloc.alloc(n_bags * t.dim * 4)
@@ -283,6 +327,7 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 ui = salloc.alloc(max(4 * len(indices), 4))
                 staging += [(uo, offsets.astype("<u4").tobytes()),
                             (ui, perm[indices].astype("<u4").tobytes())]
+                touched[t.tid].update(perm[indices].tolist())
             per_table.append((t, oaddr, iaddr, gaddr, out, uo, ui))
         for t, oaddr, iaddr, _g, out, _uo, _ui in per_table:
             descs.append(TrainingDevice.make_desc(
@@ -296,7 +341,7 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 tag=tag, batch=b, n_bags=n_bags, lr=lr_desc if use_desc_lr else 0,
                 offsets_addr=oaddr, indices_addr=iaddr, grads_addr=gaddr))
             tag += 1
-        snap = None
+        payload = None
         if snap_bytes:
             # its own buffer, at an unaligned start (the engine realigns)
             src = salloc.alloc(snap_bytes + 64) + (8 * b + 4) % 64
@@ -307,21 +352,40 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
             tag += 1
         descs.append(TrainingDevice.make_desc(kind=DescKind.COMMIT, tag=tag, batch=b))
         tag += 1
+        plans.append((b, staging, descs, outs, payload))
+    if init == "touched":
+        # each row from its own stream: its values do not depend on the other rows read
+        for t in specs:
+            for x in sorted(touched[t.tid]):
+                v = make_table(np.random.default_rng([seed, t.tid, x]), 1, t.dim,
+                               cfg.frac_bits, 1.0)
+                mem.write_i32(t.base + x * t.dim * 4, v.ravel())
+    initial = mem.copy()
+
+    # ... then the golden model runs them
+    dev = TrainingDevice(cfg, mem)
+    for t in specs:
+        dev.set_table(t.tid, t.base, t.rows, t.dim)
+    dev.lr = lr_csr
+    if snap_lag is not None:
+        dev.csr_write("MLP_LAG", snap_lag)
+    rec = dev.recover()
+    batches = []
+    for b, staging, descs, outs, payload in plans:
         for a, data in staging:
             mem.write(a, data)
         expect = []
         for d in descs:
             c = unpack_fields(CPL_FIELDS, dev.execute(d))
-            if c["status"] != DeviceError.OK:
+            if c["status"] != DeviceError.OK and not allow_errors:
                 raise RuntimeError(f"workload seed {seed}: model completion {c} is an error; "
-                                   "the crash campaign needs an error-free workload")
+                                   "allow_errors (\"allow_errors\": true in a campaign's "
+                                   "--workload) expects error completions")
             expect.append(c)
-        if snap_bytes:
-            snap = (b, dev.mlp_slot - 1, payload)
-        batches.append(Batch(b, staging, descs, expect,
-                             {t.tid: mem.read(t.base, t.nbytes) for t in specs}, outs, snap))
+        snap = (b, dev.mlp_slot - 1, payload) if snap_bytes else None
+        batches.append(Batch(b, staging, descs, expect, _table_lines(specs, mem), outs, snap))
     return TrainingWorkload(cfg=cfg, seed=seed, tables=specs, lr=lr_csr, ring_base=ring_base,
                             ring_size=ring_size, cpl_base=cpl_base, initial=initial,
-                            tables0=tables0, batches=batches, final_image=mem,
+                            tables0=_table_lines(specs, initial), batches=batches, final_image=mem,
                             model_recover_records=rec, mlp_lag=snap_lag)
 

@@ -33,8 +33,9 @@ Choices where docs/training.md leaves room (the RTL must match these):
    the logged set; later rows that are already in the set need no record, the others also find
    the log full. Status (as the doc now says): the lookup's own error, if any, wins (all its
    fields are the lookup's); otherwise ``LOG_FULL`` with ``err_value = log_slots`` and
-   ``err_bag`` = the bag of the first row that could not be logged. ``rows``/``sat``/``lines`` are always the lookup's (its
-   outputs are written). ``log_records`` = records written.
+   ``err_bag`` 0 (the status is the command's, decided after its last row: the RTL's gather
+   does not carry bag numbers to the logger). ``rows``/``sat``/``lines`` are always the
+   lookup's (its outputs are written). ``log_records`` = records written.
 3. UPDATE ``LOG_FULL``: ``err_bag`` = the bag of the row that could not be logged; ``rows``,
    ``sat``, ``lines``, ``log_records`` count what was done before it.
 4. Completion ``batch`` is the descriptor's batch in every case (for a successful COMMIT that is
@@ -625,22 +626,21 @@ class TrainingDevice:
             tag=0, dim=dim, table_rows=rows, n_bags=n, table_base=tbase, offsets_addr=oaddr,
             indices_addr=iaddr, out_addr=out))
         ctr.update(rows=lc.rows, sat=lc.sat, lines=lc.out_lines)
-        full_bag = None
+        full = False
         if d["flags"] & FLAG_LOG:
-            for b, x in self._lookup_issue_rows(lc, n, rows, oaddr, iaddr):
+            for _b, x in self._lookup_issue_rows(lc, n, rows, oaddr, iaddr):
                 if self.logged.contains(t, x):
                     continue
                 addr = tbase + x * dim * 4
                 if not self._log_row(t, x, addr, dim, self.mem.read(addr, dim * 4)):
-                    if full_bag is None:
-                        full_bag = b
+                    full = True
                     continue
                 self.logged.insert(t, x)
                 ctr["log_records"] += 1
         if lc.err_code:
             raise _Stop(int(lc.err_code), lc.err_value, lc.err_bag)
-        if full_bag is not None:
-            raise _Stop(E.LOG_FULL, self.log_slots, full_bag)
+        if full:
+            raise _Stop(E.LOG_FULL, self.log_slots)
 
     def _lookup_issue_rows(self, lc, n, rows, oaddr, iaddr):
         """``(bag, row)`` read by a LOOKUP that passed its command-level checks, in issue order

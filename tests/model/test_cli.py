@@ -35,7 +35,15 @@ def test_no_command_and_unknown_command_exit_2(capsys):
                                   ["study", "--lags", "x"], ["crash", "--points", "-1"],
                                   ["train", "--data", "/nonexistent.npz"],
                                   ["fuzz", "--surface", "cxl", "--pmem", "cpp"],
-                                  ["fuzz", "--surface", "cxl", "--profile"]])
+                                  ["fuzz", "--surface", "cxl", "--profile"],
+                                  ["crash", "--set", "log_slots=3"],
+                                  ["crash", "--set", "log_size=x"],
+                                  ["crash", "--set", "log_size=100"],
+                                  ["crash", "--workload", "extnded"],
+                                  ["crash", "--workload", '{"n_bag": 3}'],
+                                  ["crash", "--workload", '{"init": "some"}'],
+                                  ["crash", "--config", "fpga-ecp5", "--set", "log_size=5760",
+                                   "--workload", "default"]])
 def test_bad_options_exit_2_with_a_message(argv, capsys):
     assert cli.main(argv) == 2
     assert "error" in capsys.readouterr().err

@@ -18,6 +18,7 @@ on any failure, 2 on bad options or an unreachable cluster.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import shutil
 import sys
@@ -52,6 +53,16 @@ DEFAULT_PMEM = "cpp"
 # the campaign's workload (cosim.training_workload.make_workload arguments): a SNAPSHOT of
 # 3000 bytes (47 lines, unaligned source) in every batch, lag bound k = 1 (MLP_LAG)
 DEFAULT_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1}
+# the extended workload (docs/crash.md, "Extended workload"): tables 0 and 2 of 2^20 rows (only
+# the rows a batch reads are written), 8 bags of 0..12 rows per descriptor, 6 rows of one
+# logged-set set in table 0's last bag of every batch, and error completions expected; with a
+# log of 136 slots (--set log_size=78336 on fpga-ecp5: make crash-extended) batches fill the
+# log and end in LOG_FULL
+EXTENDED_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1, "rows": [1 << 20, 4096, 1 << 20],
+                     "n_bags": 8, "pooling": 6, "hot_set": 6, "init": "touched",
+                     "allow_errors": True}
+WORKLOADS = {"default": DEFAULT_WORKLOAD, "extended": EXTENDED_WORKLOAD}
+EXTENDED_LOG_SIZE = 136 * 9 * 64      # 136 undo-log slots (a slot: header + 8 data lines)
 # fraction of the points whose recovery is cut by a second power failure (nested failure)
 DEFAULT_NESTED = 0.25
 # fraction of the random points drawn inside the reference run's MLP snapshot copies
@@ -121,6 +132,9 @@ def summarize(records: list[dict], *, requested: int | None = None) -> dict:
                             for k in ("again", "done")},
         "nested_words_survived": sum(p.get("nested_words_survived", 0) for p in pts),
         "nested_words_lost": sum(p.get("nested_words_lost", 0) for p in pts),
+        "workload_cpl_errors": refs[0].get("cpl_errors", {}) if refs else None,
+        "points_open_batch_log_full": sum(1 for p in pts
+                                          if "LOG_FULL" in p.get("open_batch_errors", ())),
         "failures": failures,
     }
     return rep
@@ -331,6 +345,25 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     return rep
 
 
+def _overrides(items: list[str]) -> dict:
+    """``{field: int}`` from ``FIELD=INT`` strings (``--set``); DeviceConfig checks the values."""
+    from dataclasses import fields
+
+    from hw.config import DeviceConfig
+    known = {f.name for f in fields(DeviceConfig)}
+    out = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or name not in known:
+            raise ValueError(f"{item!r} is not FIELD=INT with FIELD a DeviceConfig field "
+                             f"({', '.join(sorted(known))})")
+        try:
+            out[name] = int(value, 0)
+        except ValueError:
+            raise ValueError(f"{item!r}: {value!r} is not an integer") from None
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="trainingcxl crash", description=__doc__.split("\n")[0])
     p.add_argument("--points", type=int, default=1000, help="seeded random crash points")
@@ -339,15 +372,19 @@ def main(argv=None) -> int:
                    help="A:B: crash at every cycle in [A, B) instead of random points")
     p.add_argument("--cycles", default=None, help="comma-separated crash cycles")
     p.add_argument("--config", default="default", help="named DeviceConfig (hw.config.CONFIGS)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="FIELD=INT",
+                   help="override one DeviceConfig field of --config (repeatable), e.g. "
+                        "log_size=78336 for a log of 136 slots (576 bytes each)")
     p.add_argument("--latency", type=int, default=DEFAULT_LATENCY,
                    help="PMEM read latency (cycles)")
     p.add_argument("--write-latency", type=int, default=DEFAULT_WRITE_LATENCY,
                    help="PMEM write latency (cycles)")
     p.add_argument("--chunk", type=int, default=25,
                    help="crash images taken per pass of the workload")
-    p.add_argument("--workload", default=json.dumps(DEFAULT_WORKLOAD),
-                   help="JSON keyword arguments of make_workload (default "
-                        f"{json.dumps(DEFAULT_WORKLOAD)}; {{}}: no snapshots)")
+    p.add_argument("--workload", default="default",
+                   help="a named workload (" + ", ".join(f"{k}: {json.dumps(v)}"
+                                                         for k, v in WORKLOADS.items())
+                        + ") or JSON keyword arguments of make_workload ({}: no snapshots)")
     p.add_argument("--backdoor", action="store_true",
                    help="descriptors/completions backdoor instead of through the CXL.mem host")
     p.add_argument("--mutate", default="", choices=["", "wipe_log", "epoch_first", "wipe_slots"],
@@ -391,12 +428,29 @@ def main(argv=None) -> int:
         p.error("--points, --latency, --write-latency and --chunk must be >= 1")
     if a.config not in CONFIGS:
         p.error(f"--config {a.config!r}: one of {sorted(CONFIGS)}")
+    cfg = named(a.config)
     try:
-        a.workload = json.loads(a.workload)
-    except json.JSONDecodeError as e:
-        p.error(f"--workload is not JSON: {e}")
+        cfg = cfg.with_(**_overrides(a.overrides))
+    except (TypeError, ValueError) as e:
+        p.error(f"--set: {e}")
+    if a.workload in WORKLOADS:
+        a.workload = dict(WORKLOADS[a.workload])
+    else:
+        try:
+            a.workload = json.loads(a.workload)
+        except json.JSONDecodeError as e:
+            p.error(f"--workload is neither a name ({', '.join(WORKLOADS)}) nor JSON: {e}")
     if not isinstance(a.workload, dict):
         p.error("--workload must be a JSON object of make_workload keyword arguments")
+    from cosim.training_workload import make_workload
+    unknown = sorted(set(a.workload) - set(inspect.signature(make_workload).parameters)
+                     - {"cfg", "seed"})
+    if unknown:
+        p.error(f"--workload: unknown make_workload arguments {unknown}")
+    try:
+        make_workload(cfg, a.seed, **a.workload)     # refuses bad values here, not in a task
+    except (TypeError, ValueError, RuntimeError) as e:
+        p.error(f"--workload: {e}")
     if a.cycles:
         spec = a.cycles
     elif a.cycle_range:
@@ -406,7 +460,7 @@ def main(argv=None) -> int:
     try:
         with cluster.executor_from_args(a) as ex:
             print(f"crash campaign seed {a.seed} ({spec}): {ex.description}", flush=True)
-            rep = run_campaign(points=spec, seed=a.seed, cfg=named(a.config),
+            rep = run_campaign(points=spec, seed=a.seed, cfg=cfg,
                                latency=a.latency, write_latency=a.write_latency, chunk=a.chunk,
                                mutate=a.mutate, out=a.out, workload=a.workload,
                                via_host=not a.backdoor, progress=not a.no_progress,

@@ -49,7 +49,7 @@ from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
-from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
+from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, DeviceError, unpack_fields
 from sw_model.training import read_snap_slot, snap_slot_addr, snap_slot_bytes, snap_slot_valid
 
 CLOCK_NS = 10
@@ -546,6 +546,10 @@ class CrashBench:
             rec["recover_cycles"] = self.cycle() - t_rec
             n_rec = await drv.recovered_records()
             rec.update(committed=c, recovered_records=n_rec)
+            if c < wl.n_batches:         # error completions the open batch's replay expects
+                rec["open_batch_errors"] = sorted(
+                    DeviceError(e["status"]).name for e in wl.batches[c].expect
+                    if e["status"] != DeviceError.OK)
             if not prog["commits_done"] <= c <= prog["commits_rung"]:
                 raise AssertionError(f"COMMITTED = {c}, but {prog['commits_done']} COMMITs had "
                                      f"completed and {prog['commits_rung']} were rung")
@@ -615,6 +619,7 @@ async def crash_campaign(dut):
              "seed": tb.seed, "batches": tb.wl.n_batches, "latency": tb.latency,
              "write_latency": tb.write_latency,
              "phase_cycles": tb.reference_phases, "snap_windows": tb.snap_windows,
+             "cpl_errors": tb.wl.cpl_errors,
              "wall_s": round(time.monotonic() - t0, 3)})
     dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
                   f"{len(points)} points ({spec}), skip {skip}")

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from trainingcxl.crash.campaign import run_campaign
+from trainingcxl.crash.campaign import EXTENDED_WORKLOAD, run_campaign
 
 N_POINTS = 20
 
@@ -45,3 +45,21 @@ def test_crash_replay_all(crash_build, seed, tmp_path):
     rep = run_campaign(points="random:4", seed=seed, cfg=cfg, out=tmp_path, progress=False,
                        build=b, replay="all", nested=0.5)
     assert rep["ok"] and rep["identical"] == 4 and rep["replay"] == "all", (seed, rep)
+
+
+@pytest.mark.cosim
+def test_crash_extended_workload_smoke(crash_build, seed, tmp_path):
+    """The extended workload (``make crash-extended``) on the shared default build: tables of
+    2^20 rows written only where read, 8 bags of up to 12 rows per descriptor, 12 rows of one
+    logged-set set per batch (more than its 8 ways: duplicate records). The default log has
+    1.8 M slots, so no LOG_FULL here: the 136-slot configuration needs a build of its own
+    (make crash-extended; its legal outcomes are checked on the model by
+    test_crash_model.py::test_model_cuts_extended_workload)."""
+    cfg, b = crash_build
+    wl = {**EXTENDED_WORKLOAD, "hot_set": 12}
+    rep = run_campaign(points="random:6", seed=seed, cfg=cfg, out=tmp_path, progress=False,
+                       build=b, workload=wl)
+    fails = [f"point {f['i']} cycle {f['cycle']}: {f['error']}" for f in rep["failures"][:3]]
+    assert rep["ok"] and rep["identical"] == 6, (seed, fails, rep["sim_errors"][:1])
+    assert rep["workload_cpl_errors"] == {}, (seed, rep["workload_cpl_errors"])
+    assert rep["recovered_records_total"] > 0, (seed, rep)

@@ -12,8 +12,10 @@ import random
 
 import pytest
 
-from hw.config import DeviceConfig
 from cosim.training_workload import make_workload
+from hw.config import CONFIGS, DeviceConfig
+from hw.encodings import DescKind
+from trainingcxl.crash.campaign import EXTENDED_LOG_SIZE, EXTENDED_WORKLOAD
 
 N_CUTS = 40
 
@@ -70,28 +72,25 @@ def _mlp_violations(wl, writes, cuts, legal):
     return out
 
 
-@pytest.mark.parametrize("lag, hot", [(0, 0), (1, 0), (2, 0), (1, 12)])
-def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
-    """``hot``: rows of one logged-set set per batch (``make_workload(hot_set=...)``), so the
-    set overflows and rows get duplicate undo records."""
-    cfg = DeviceConfig()
-    rows = (300, 200, 160) if not hot else (hot * cfg.log_set_sets, 200, 160)
-    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=lag, n_batches=4, hot_set=hot,
-                       rows=rows)
+def _check_cuts(cfg, wl, seed, tag, n_cuts=N_CUTS, n_snap_cuts=10):
+    """Cut the model's run of ``wl`` at seeded writes (``n_snap_cuts`` of them inside snapshot
+    copies), recover each, check the outcome and a second cut inside that recovery; returns
+    the (MLP_SLOT, MLP_EPOCH) pairs seen."""
     writes = _write_stream(wl)
-    rng = random.Random(f"model-cuts-{seed}-{lag}")
+    rng = random.Random(f"model-cuts-{seed}-{tag}")
     snap_cuts = [p for p, w in enumerate(writes) if cfg.slots_base <= w[0] <
                  cfg.slots_base + cfg.slots_size]
-    cuts = sorted(set(rng.sample(range(len(writes) + 1), N_CUTS) + rng.sample(snap_cuts, 10)))
+    cuts = sorted(set(rng.sample(range(len(writes) + 1), n_cuts)
+                      + rng.sample(snap_cuts, n_snap_cuts)))
     seen = set()
     for p in cuts:
         rung, read, mem, dev = _recovered_cut(wl, writes, p)
         c = dev.committed
-        assert read <= c <= rung, (seed, lag, p, c, rung, read)
-        assert not wl.table_diffs(mem, wl.tables_after(c)), (seed, lag, p)
+        assert read <= c <= rung, (seed, tag, p, c, rung, read)
+        assert not wl.table_diffs(mem, wl.tables_after(c)), (seed, tag, p)
         got = (dev.mlp_slot, dev.mlp_epoch)
         legal = wl.legal_mlp(c, rung, read)
-        assert got in legal, (seed, lag, p, c, rung, read, got, legal)
+        assert got in legal, (seed, tag, p, c, rung, read, got, legal)
         seen.add(got)
         # a second failure inside this recovery: cut its own writes, recover again
         first = _cut(wl, writes, p)
@@ -109,9 +108,40 @@ def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
             mem2.write(a, d)
         d2 = wl.model(mem2)
         d2.recover()
-        assert _nonstaging(cfg, mem2) in (again, done), (seed, lag, p, q, len(rec_writes))
-        assert (d2.committed, d2.mlp_slot, d2.mlp_epoch) == (c, *got), (seed, lag, p, q)
+        assert _nonstaging(cfg, mem2) in (again, done), (seed, tag, p, q, len(rec_writes))
+        assert (d2.committed, d2.mlp_slot, d2.mlp_epoch) == (c, *got), (seed, tag, p, q)
+    return seen
+
+
+@pytest.mark.parametrize("lag, hot", [(0, 0), (1, 0), (2, 0), (1, 12)])
+def test_model_cuts_land_in_legal_outcomes(seed, lag, hot):
+    """``hot``: rows of one logged-set set per batch (``make_workload(hot_set=...)``), so the
+    set overflows and rows get duplicate undo records."""
+    cfg = DeviceConfig()
+    rows = (300, 200, 160) if not hot else (hot * cfg.log_set_sets, 200, 160)
+    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=lag, n_batches=4, hot_set=hot,
+                       rows=rows)
+    seen = _check_cuts(cfg, wl, seed, lag)
     assert len(seen) >= 3, (seed, lag, seen)       # the cuts reached several snapshot states
+
+
+def test_model_cuts_extended_workload(seed):
+    """The extended campaign (``make crash-extended``): fpga-ecp5 with a 136-slot log, tables
+    of 2^20 rows written only where read, error completions expected. Batches end in
+    LOG_FULL (a LOOKUP that could not log a row, UPDATEs stopped before a row they could not
+    log, COMMITs of what was applied), and cuts anywhere still recover to the legal outcomes."""
+    cfg = CONFIGS["fpga-ecp5"].with_(log_size=EXTENDED_LOG_SIZE)
+    wl = make_workload(cfg, seed, **EXTENDED_WORKLOAD)
+    assert cfg.log_slots == 136
+    errs = wl.cpl_errors
+    assert set(errs) == {"LOG_FULL"} and errs["LOG_FULL"] >= 4, (seed, errs)
+    # LOG_FULL completions stop where the model says: an UPDATE that could not log wrote fewer
+    # rows than its bags hold, and a later batch still starts with an empty log
+    assert all(sum(c["log_records"] for c in b.expect if c["kind"] != DescKind.COMMIT)
+               <= cfg.log_slots for b in wl.batches), seed
+    assert max(t.rows for t in wl.tables) == 1 << 20
+    assert len(wl.initial._lines) < 10_000, len(wl.initial._lines)   # only rows read are held
+    _check_cuts(cfg, wl, seed, "extended", n_cuts=30, n_snap_cuts=5)
 
 
 def test_wrong_legal_set_is_caught(seed):

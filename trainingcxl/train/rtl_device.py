@@ -28,9 +28,14 @@ LOOKUP, the host's MLP time, UPDATE, SNAPSHOT, COMMIT.
 the same tables): every primitive is applied to it too and must agree: every completion record
 (all fields but ``cycles``), every byte the host reads. After a power failure the twin gets a
 copy of the RTL's crash image and recovers it itself; the committed batch, MLP slot and epoch,
-and the whole memory outside staging must equal the RTL's recovery. :meth:`final_check`
-compares the whole memory outside staging at the end. Any difference raises
-:class:`TwinMismatch` (the run fails; it is a bug on one side).
+and the whole memory outside staging must equal the RTL's recovery. That shows the RTL's
+recovery consistent with the model's on the same image, but nothing about the image: so first
+the RTL's recovery is judged from the host's own run (:func:`recovery_problems`): COMMITTED is
+the twin's last committed batch, or the next one if the power failed during its COMMIT; the
+tables equal the twin's own tables at that batch (kept at every COMMIT, never taken from the
+image); the MLP slot holds a payload the host snapshotted at that epoch, with ``C - k <= epoch
+<= C``. :meth:`final_check` compares the whole memory outside staging at the end. Any
+difference raises :class:`TwinMismatch` (the run fails; it is a bug on one side).
 
 Cycle accounting: ``phase_cycles[batch][phase]`` for phases lookup, mlp (the host's MLP time,
 ``mlp_cycles`` of waiting before each UPDATE), update, snapshot, commit, recover; and
@@ -49,8 +54,9 @@ from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
 from cosim.powerfail import power_fail
 from hw.encodings import CPL_FIELDS
 from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
+from sw_model.training import read_snap_slot
 
-__all__ = ["RtlDevice", "TwinMismatch"]
+__all__ = ["RtlDevice", "TwinMismatch", "recovery_problems"]
 
 LINE = 64
 STATUS_SNAP_BUSY = 1 << 4
@@ -75,6 +81,42 @@ def _lines_of(chunks):
             be |= ((1 << k) - 1) << off
             out[la] = (buf, be)
             o += k
+    return out
+
+
+def recovery_problems(*, c: int, committed: int, commit_in_flight: bool, tables,
+                      tables_committed, tables_open, slot: int, epoch: int,
+                      slot_payload: bytes | None, blobs: dict, lag: int | None) -> list[str]:
+    """What is wrong with a recovery, judged only from the host's own run.
+
+    ``c``, ``tables`` (int32 arrays), ``slot``/``epoch`` (MLP_SLOT, MLP_EPOCH) and
+    ``slot_payload`` (the chosen slot's stored payload) are what the recovered device shows.
+    The rest comes from the golden-model twin's run before the failure: ``committed`` (its
+    last committed batch), ``commit_in_flight`` (the power failed during the COMMIT of batch
+    ``committed + 1``), ``tables_committed`` (its tables at ``committed``), ``tables_open``
+    (its tables with the open batch's UPDATEs applied: what COMMIT ``committed + 1`` commits),
+    ``blobs`` (``{epoch: [payloads the host snapshotted at that epoch]}``), ``lag`` (MLP_LAG
+    k, or None). Returns the problems found (empty: legal)."""
+    out = []
+    legal = {committed, committed + 1} if commit_in_flight else {committed}
+    if c not in legal:
+        return [f"COMMITTED = {c}, the host's run allows {sorted(legal)}"]
+    want = tables_committed if c == committed else tables_open
+    for t, (w, g) in enumerate(zip(want, tables)):
+        if not np.array_equal(w, g):
+            r, e = (int(v[0]) for v in np.nonzero(w != g))
+            out.append(f"table {t} row {r} element {e}: {int(g[r, e])}, the host's run "
+                       f"has {int(w[r, e])} at batch {c}")
+    if slot not in (0, 1, 2):
+        out.append(f"MLP_SLOT = {slot}")
+    elif slot:
+        if not epoch <= c:
+            out.append(f"MLP_EPOCH {epoch} > COMMITTED {c}")
+        if slot_payload is None or slot_payload not in blobs.get(epoch, []):
+            out.append(f"MLP slot {slot} does not hold a payload the host snapshotted at "
+                       f"epoch {epoch}")
+    if lag is not None and c - lag > 0 and (slot == 0 or epoch < c - lag):
+        out.append(f"MLP (slot {slot}, epoch {epoch}) older than C - k = {c - lag}")
     return out
 
 
@@ -105,6 +147,10 @@ class RtlDevice(FixedPointEmbeddings):
         self.link: dict[str, int] = {}   # phase -> CXL.mem data bytes (64 per line moved)
         cfg = layout.cfg
         self.staging = (cfg.staging_base, cfg.staging_size)
+        # the host's own run, for judging a recovery (recovery_problems)
+        self._tables_committed = twin.read_tables_q() if twin is not None else None
+        self._commit_in_flight = False
+        self._blobs: dict[int, list] = {}
 
     # ------------------------------------------------------------------ bridging
     def _call(self, coro_fn, *args):
@@ -152,6 +198,8 @@ class RtlDevice(FixedPointEmbeddings):
         self.crash_image = power_fail(self.pmem, random.Random(pseed), staging=self.staging,
                                       cycle=cycle)
         self.dead = True
+        if self.phase == "commit":          # kept through failures of the recovery itself
+            self._commit_in_flight = True
         rec = {k: v for k, v in self.crash_image.stats().items() if k != "seed"}
         rec.update(cycle=cycle, batch=self.batch, phase=self.phase, point_seed=pseed)
         self.crashes.append(rec)
@@ -278,6 +326,20 @@ class RtlDevice(FixedPointEmbeddings):
 
     def _twin_restart(self, c, slot, epoch):
         tw = self.twin
+        tables = self.read_tables_q()
+        payload = None
+        if slot in (1, 2):
+            _h, payload = read_snap_slot(self.layout.cfg, self.pmem.mem, slot - 1)
+        problems = recovery_problems(
+            c=c, committed=tw.dev.committed, commit_in_flight=self._commit_in_flight,
+            tables=tables, tables_committed=self._tables_committed,
+            tables_open=tw.read_tables_q(), slot=slot, epoch=epoch, slot_payload=payload,
+            blobs=self._blobs, lag=self.mlp_lag)
+        if problems:
+            raise TwinMismatch("recovery differs from the host's own run: "
+                               + "; ".join(problems[:4]))
+        self._tables_committed = tables
+        self._commit_in_flight = False
         tw.restart_from(self.crash_image.mem)
         got = (c, slot, epoch)
         want = (tw.dev.committed, tw.dev.mlp_slot, tw.dev.mlp_epoch)
@@ -317,6 +379,7 @@ class RtlDevice(FixedPointEmbeddings):
 
     def snapshot_q(self, epoch, blob):
         self.phase = "snapshot"
+        self._blobs.setdefault(epoch, []).append(bytes(blob))
         super().snapshot_q(epoch, blob)
         resume(self._start_snap_watch)(epoch)
 
@@ -331,6 +394,8 @@ class RtlDevice(FixedPointEmbeddings):
     def commit_q(self, batch):
         self.phase = "commit"
         super().commit_q(batch)
+        if self.twin is not None:
+            self._tables_committed = self.twin.read_tables_q()
         self.phase = "idle"
 
     def final_check(self):

@@ -210,7 +210,8 @@ class DeviceTB:
                    if f != "cycles" and int(w[f]) != int(g[f])}
             if bad:
                 kind = K(w["kind"]).name if w["kind"] in K._value2member_map_ else w["kind"]
-                st = E(int(w["status"])).name
+                st = (E(int(w["status"])).name if int(w["status"]) in E._value2member_map_
+                      else int(w["status"]))
                 raise AssertionError(self.where(
                     f"{what}: completion {k} (tag {w['tag']}, {kind}, model status {st}) "
                     f"differs, field: (model, RTL): {bad}"))

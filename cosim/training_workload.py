@@ -13,8 +13,9 @@ so the staging data of every batch can be written up front and re-written for a 
 
 Table contents (``init``): ``"all"`` writes every row up front (from the workload's seed, in
 table order); ``"touched"`` writes only the rows some batch reads (LOOKUP bags, table 1's own
-UPDATE bags, the hot rows), each from a stream seeded by (seed, table, row), just before the
-first batch that reads it; the other rows are never written and read as zeros. The device
+UPDATE bags, the hot rows), each from a stream seeded by (seed, table, row), before the run
+(the batches are drawn first, then run on the model); the other rows are never written and
+read as zeros. The device
 never reads them, so the images stay as small as the rows a run touches and tables of 2^20
 rows cost no more than small ones (the comparisons walk every line either image holds, so a
 write anywhere in a table is still caught).

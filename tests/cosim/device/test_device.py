@@ -15,9 +15,9 @@ descriptor-level error followed by recovery of the partly applied UPDATEs; the c
 processor's width checks before the engine checks (completions also checked against the
 contract's expected status/value); the interrupt line.
 
-Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; filling it is out of
-reach in simulation, it is covered by the model tests only) and ``MEDIA`` (media faults:
-tests/cosim/media).
+Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
+136-slot log runs it in tests/cosim/crash/test_crash.py::test_crash_extended_log_full_smoke)
+and ``MEDIA`` (media faults: tests/cosim/media).
 
 Pytest launcher (end of file): Device-top cosim tier: the full TrainingCXL device under Verilator against the golden model
 (above): training batches (LOOKUP+LOG, UPDATE, COMMIT, recovery) with PMEM

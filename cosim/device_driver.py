@@ -17,6 +17,13 @@ What goes where:
 A host (HostCore + its channel coroutine) lives for one power-on: after a crash or reset call
 :meth:`new_host` (the old host's outstanding transactions died with the device).
 
+The host's channel coroutine wakes Python on every clock edge. While the device works alone
+(descriptors executing, the host's MLP time, a recovery) the host has nothing to do and holds
+no line, so :meth:`detach_host` stops it and holds the device-to-host channels not ready (a
+message the device sent meanwhile waits there, and :meth:`attach_host` refuses it), and
+:meth:`attach_host` starts a fresh host. ``detach_while_waiting`` does this around every wait
+for completions (:meth:`submit`) and every :meth:`idle`.
+
 Timeouts raise :class:`DriverError` naming the register state, never hang.
 """
 from __future__ import annotations
@@ -50,15 +57,20 @@ class DeviceDriver:
     through the CXL.mem host (default) or backdoor. ``host_seed``: seed of the host model.
     ``quiet``: the AXI4-Lite master logs warnings only (not one line per access).
     ``use_irq``: wait for completions on the ``irq`` port (IRQ_ENABLE.CPL is set by
-    :meth:`configure`) instead of polling CPL_HEAD.
+    :meth:`configure`) instead of polling CPL_HEAD. ``detach_while_waiting``: no host while
+    the device executes a doorbell's descriptors or during :meth:`idle` (module docstring).
     """
+
+    M2S_CHANNELS = ("m2s_req", "m2s_rwd", "m2s_birsp")
+    S2M_CHANNELS = ("s2m_ndr", "s2m_drs", "s2m_bisnp")
 
     STATUS_BUSY, STATUS_ERROR, STATUS_READY, STATUS_RECOVERING = 1, 2, 4, 8
     STATUS_SNAP_BUSY = 16
     IRQ_CPL, IRQ_ERR, IRQ_RECOVERED = 1, 2, 4
 
     def __init__(self, dut, pmem, cfg, *, clock=None, reset=None, csr=None, poll=16,
-                 via_host=True, host_seed=0, log=None, quiet=True, use_irq=True):
+                 via_host=True, host_seed=0, log=None, quiet=True, use_irq=True,
+                 detach_while_waiting=False):
         self.dut = dut
         self.pmem = pmem
         self.cfg = cfg
@@ -72,6 +84,7 @@ class DeviceDriver:
                     part.log.setLevel(logging.WARNING)
         self.poll = poll
         self.use_irq = use_irq
+        self.detach_while_waiting = detach_while_waiting
         self.via_host = via_host
         self.host_seed = host_seed
         self.log = log
@@ -172,6 +185,41 @@ class DeviceDriver:
             self._channels.stop()
         self._channels = None
         self.host = None
+
+    def detach_host(self):
+        """Stop the host and hold the device-to-host channels not ready until
+        :meth:`attach_host`. The host must be idle: fails if it was still offering a message
+        (descriptors are uncached writes and completions SnpCur reads, all awaited, so it
+        holds no line and nothing outstanding)."""
+        if self.host is not None:
+            busy = [ch for ch in self.M2S_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
+            if busy:
+                raise DriverError(f"host detached with a message offered on {busy}")
+        self.stop_host()
+        for ch in self.S2M_CHANNELS:
+            getattr(self.dut, f"{ch}__ready").value = 0
+
+    def attach_host(self):
+        """A fresh host (as :meth:`new_host`), unless one is attached or ``via_host`` is off;
+        fails if the device offered a host message while none was attached."""
+        if not self.via_host or self.host is not None:
+            return
+        sent = [ch for ch in self.S2M_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
+        if sent:
+            raise DriverError(f"the device offered a message on {sent} while no host was "
+                              "attached (descriptor execution and recovery must send none "
+                              "to a host that holds no line)")
+        self.new_host()
+
+    async def idle(self, cycles: int):
+        """Let ``cycles`` clock cycles pass (one Timer, no wake per edge), the host detached
+        meanwhile when ``detach_while_waiting``."""
+        detach = self.detach_while_waiting and self.via_host
+        if detach:
+            self.detach_host()
+        await Timer(cycles * self.pmem.period, "step")
+        if detach:
+            self.attach_host()
 
     # ------------------------------------------------------------------ recovery, config
     async def start_recover(self, *, sleep_on_irq: bool = False):
@@ -315,7 +363,12 @@ class DeviceDriver:
         if await self.read("CMD_TAIL") != new_tail:
             raise DriverError(f"doorbell {new_tail} refused: {await self.error_state()}")
         self.tail = new_tail
+        detach = self.detach_while_waiting and self.via_host
+        if detach:
+            self.detach_host()
         await self.wait_head(new_tail, timeout)
+        if detach:
+            self.attach_host()
         self._phase("execute", t0)
         t0 = self.pmem.cycle
         recs = await self.read_lines([self.cpl_base + CPL_BYTES * s for s in slots])

@@ -58,10 +58,6 @@ CLOCK_NS = 10
 # already advanced (a device that persisted its epoch write before its rollback writes)
 # wipe_slots erases both MLP snapshot slot headers from every crash image
 MUTATIONS = ("", "wipe_log", "epoch_first", "wipe_slots")
-# device -> host channels: while no host is attached (recovery) their ready is held low, so a
-# message the device tried to send stays visible (valid) when the host attaches
-S2M_CHANNELS = ("s2m_ndr", "s2m_drs", "s2m_bisnp")
-M2S_CHANNELS = ("m2s_req", "m2s_rwd", "m2s_birsp")
 
 
 @dataclass(frozen=True)
@@ -202,22 +198,12 @@ class CrashBench:
                                read_latency=self.latency, write_latency=self.write_latency,
                                seed=self.seed, mem=self.wl.initial.copy(),
                                log_writes=p.snap_points > 0 and bool(self.wl.snapshots))
+        # the host has nothing to do while the device executes a doorbell's descriptors:
+        # detached for the wait (DeviceDriver.submit; see power_on)
         self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
-                                host_seed=self.seed)
+                                host_seed=self.seed, detach_while_waiting=True)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
         self.mutate = p.mutate
-        if p.via_host:
-            # the host has nothing to do while the device executes a doorbell's descriptors
-            # (DeviceDriver.submit: host writes of the descriptors, doorbell, wait_head, host
-            # reads of the completions): detach it for the wait (see power_on)
-            wait_head = self.drv.wait_head
-
-            async def wait_head_detached(target, timeout=500_000):
-                self.detach_host()
-                await wait_head(target, timeout)
-                self.attach_host()
-            self.drv.wait_head = wait_head_detached
-
     def emit(self, rec: dict):
         if self.results_path:
             with open(self.results_path, "a") as f:
@@ -231,7 +217,7 @@ class CrashBench:
         batches = wl.batches[first - 1:last]
         if recover:
             await self.recover()
-        self.attach_host()
+        self.drv.attach_host()
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
         if wl.mlp_lag is not None:
             await drv.write("MLP_LAG", wl.mlp_lag)
@@ -253,42 +239,17 @@ class CrashBench:
     async def power_on(self, image):
         """Power cycle with ``image`` as the media, without a host: the host model's channel
         loop wakes Python on every clock edge, and recovery (thousands of cycles) never talks
-        to the host, so it is attached only when it has work (:meth:`attach_host`). Until
-        then the device->host channels are not ready, so a message sent meanwhile is caught
-        there, not lost."""
+        to the host, so it is attached only when it has work (``DeviceDriver.attach_host``).
+        Until then the device->host channels are not ready, so a message sent meanwhile is
+        caught there, not lost."""
         drv = self.drv
         via, drv.via_host = drv.via_host, False
         try:
             await drv.power_cycle(in_reset=lambda: drv.load_image(image))
         finally:
             drv.via_host = via
-        self.detach_host()
+        self.drv.detach_host()
         self.clear_write_log()
-
-    def detach_host(self):
-        """Stop the host (it holds no line: descriptors are uncached writes, completions
-        SnpCur reads) and hold the device->host channels not ready until :meth:`attach_host`.
-        Fails if the host was still offering a message (it must have finished its work)."""
-        if self.drv.host is not None:
-            busy = [ch for ch in M2S_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
-            if busy:
-                raise AssertionError(f"host detached with a message offered on {busy}")
-        self.drv.stop_host()
-        for ch in S2M_CHANNELS:
-            getattr(self.dut, f"{ch}__ready").value = 0
-
-    def attach_host(self):
-        """A fresh CXL.mem host (as ``power_cycle`` makes), unless one is attached already;
-        fails if the device offered a host message while none was."""
-        drv = self.drv
-        if not drv.via_host or drv.host is not None:
-            return
-        sent = [ch for ch in S2M_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
-        if sent:
-            raise AssertionError(f"the device offered a message on {sent} while no host was "
-                                 "attached (recovery and descriptor execution must send none "
-                                 "to a host that holds no line)")
-        drv.new_host()
 
     async def wait_until(self, t_start: int, cycle: int):
         """Return at cycle ``cycle`` counted from ``t_start``, the edge settled (no wait if it
@@ -578,7 +539,7 @@ class CrashBench:
             if c < last:
                 await self.run_batches(c + 1, Progress(), recover=False, last=last)
             else:
-                self.attach_host()      # the check that the device sent no host message
+                self.drv.attach_host()      # the check that the device sent no host message
             await drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
             diffs = wl.table_diffs(self.pmem.mem, wl.tables_after(last))
             if diffs:

@@ -375,7 +375,7 @@ class RtlDevice(FixedPointEmbeddings):
         return super().update_q(batch, bags, grads_q, lr_q)
 
     async def _a_wait(self, cycles):
-        await Timer(cycles * self.pmem.period, "step")
+        await self.drv.idle(cycles)
 
     def snapshot_q(self, epoch, blob):
         self.phase = "snapshot"

@@ -79,7 +79,9 @@ async def train_with_power_failures(dut):
     pmem = pmem_model(spec.bench.pmem, dut, clock=dut.clk, reset=dut.rst, seed=seed,
                       mem=MemoryImage(1 << cfg.addr_bits), log_writes=False,
                       **media.pmem_kwargs())
-    drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True)
+    # no host model while the device executes or the host does its MLP work: its channel
+    # loop would wake Python on every clock edge (DeviceDriver.detach_while_waiting)
+    drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True, detach_while_waiting=True)
     if spec.bench.trace:                    # boundary trace + host action log (docs/traces.md)
         from cosim.trace.device import record_device_trace
         record_device_trace(dut, spec.bench.trace, drv=drv, section="train", seed=seed, cfg=cfg,

@@ -88,6 +88,12 @@ class Batch:
     out_areas: list = field(default_factory=list)   # [(addr, nbytes)] LOOKUP outputs
     snap: tuple | None = None  # (epoch, slot index, payload bytes) of its SNAPSHOT, if any
 
+    @property
+    def errors(self) -> list:
+        """Status names of its error completions (the model's), sorted."""
+        return sorted(DeviceError(c["status"]).name for c in self.expect
+                      if c["status"] != DeviceError.OK)
+
 
 @dataclass
 class TrainingWorkload:
@@ -164,10 +170,8 @@ class TrainingWorkload:
         """``{status name: count}`` of the model's error completions over the run."""
         out = {}
         for b in self.batches:
-            for c in b.expect:
-                if c["status"] != DeviceError.OK:
-                    name = DeviceError(c["status"]).name
-                    out[name] = out.get(name, 0) + 1
+            for name in b.errors:
+                out[name] = out.get(name, 0) + 1
         return out
 
     @property

@@ -49,7 +49,7 @@ from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
-from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, DeviceError, unpack_fields
+from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
 from sw_model.training import read_snap_slot, snap_slot_addr, snap_slot_bytes, snap_slot_valid
 
 CLOCK_NS = 10
@@ -204,6 +204,7 @@ class CrashBench:
                                 host_seed=self.seed, detach_while_waiting=True)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
         self.mutate = p.mutate
+
     def emit(self, rec: dict):
         if self.results_path:
             with open(self.results_path, "a") as f:
@@ -217,7 +218,7 @@ class CrashBench:
         batches = wl.batches[first - 1:last]
         if recover:
             await self.recover()
-        self.drv.attach_host()
+        drv.attach_host()
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
         if wl.mlp_lag is not None:
             await drv.write("MLP_LAG", wl.mlp_lag)
@@ -248,7 +249,7 @@ class CrashBench:
             await drv.power_cycle(in_reset=lambda: drv.load_image(image))
         finally:
             drv.via_host = via
-        self.drv.detach_host()
+        drv.detach_host()
         self.clear_write_log()
 
     async def wait_until(self, t_start: int, cycle: int):
@@ -508,9 +509,7 @@ class CrashBench:
             n_rec = await drv.recovered_records()
             rec.update(committed=c, recovered_records=n_rec)
             if c < wl.n_batches:         # error completions the open batch's replay expects
-                rec["open_batch_errors"] = sorted(
-                    DeviceError(e["status"]).name for e in wl.batches[c].expect
-                    if e["status"] != DeviceError.OK)
+                rec["open_batch_errors"] = wl.batches[c].errors
             if not prog["commits_done"] <= c <= prog["commits_rung"]:
                 raise AssertionError(f"COMMITTED = {c}, but {prog['commits_done']} COMMITs had "
                                      f"completed and {prog['commits_rung']} were rung")
@@ -539,7 +538,7 @@ class CrashBench:
             if c < last:
                 await self.run_batches(c + 1, Progress(), recover=False, last=last)
             else:
-                self.drv.attach_host()      # the check that the device sent no host message
+                drv.attach_host()      # the check that the device sent no host message
             await drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
             diffs = wl.table_diffs(self.pmem.mem, wl.tables_after(last))
             if diffs:

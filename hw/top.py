@@ -1,6 +1,7 @@
 """Device top: the full TrainingCXL device (architecture section 2). Only wiring.
 
-Ports (Verilog names): ``clk``, ``rst`` (active high); the CXL.mem channels ``m2s_req``,
+Ports (Verilog names): ``clk``, ``rst`` (active high, registered once: it acts one cycle
+later, :func:`~hw.reset.with_registered_reset`); the CXL.mem channels ``m2s_req``,
 ``m2s_rwd``, ``m2s_birsp`` (in) and ``s2m_ndr``, ``s2m_drs``, ``s2m_bisnp`` (out) as
 ``<ch>__{payload,valid,ready}``; ``s_axil__*`` (CSRs, AXI4-Lite slave, 12-bit addresses, 32-bit
 data; register map docs/registers.md); ``m_axi__*`` (AXI4 master to the PMEM controller);
@@ -29,6 +30,7 @@ from .media_axi import MediaAXI, media_axi_signature
 from .persist.engine import PersistEngine
 from .snapshot import SnapshotEngine
 from .port_mux import RequestPortMux
+from .reset import with_registered_reset
 from .undolog.logger import UndoLogger
 from .update.engine import UpdateEngine
 
@@ -223,4 +225,4 @@ class TrainingCXLDevice(wiring.Component):
             csr.perf_upd_stalls.eq(cp.upd_stalls), csr.perf_sat.eq(cp.sat_total),
             csr.perf_desc_done.eq(cp.desc_done), csr.perf_set_overflow.eq(logger.set_overflow),
         ]
-        return m
+        return with_registered_reset(m)

@@ -25,7 +25,9 @@ simulator's own settings (log levels), not parameters. Stimulus variants belong 
 *Where things go.* Simulator builds and the device Verilog cache are content-addressed and
 shared by every checkout and install of the same tools: :func:`cache_dir` (``$TRAININGCXL_CACHE_DIR``,
 else ``$XDG_CACHE_HOME/trainingcxl``, else ``~/.cache/trainingcxl``). Run directories default to
-``build/runs/`` under the working directory; nothing is written into the source tree.
+``build/runs/`` under the working directory; nothing is written into the source tree. Verilator's
+run-time library is compiled once per build flavour (``verilator-runtime/``) and copied into
+later builds of that flavour.
 
 *Waves.* ``WAVES=1`` in the environment (or ``waves=True``) builds with ``--trace`` and makes the
 simulator write ``dump.vcd`` (VCD, never FST: FST needs liblz4-dev) into the run's ``test_dir``.
@@ -145,7 +147,7 @@ public_flat_rw -module "{top}" -var "*"
 """
 
 # Bump when the way a build directory is produced changes, to invalidate old caches.
-_BUILD_SCHEME = 2
+_BUILD_SCHEME = 3
 _DONE_MARKER = "BUILD_OK"
 
 
@@ -445,9 +447,10 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         if cpp:
             cpp_args += ["-LDFLAGS", "-rdynamic"]
 
-        from cocotb_tools.runner import get_runner
-        runner = get_runner("verilator")
         t0 = time.monotonic()
+        runtime = _runtime_objects_dir(args, waves, coverage)
+        reused = _copy_runtime_objects(runtime, build_dir)
+        runner = _verilator_runner(reused)
         try:
             runner.build(sources=[source], hdl_toplevel=top,
                          build_args=[*args, "--no-public-flat-rw", str(public), *cpp_args],
@@ -456,8 +459,64 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
         except (RuntimeError, subprocess.CalledProcessError, SystemExit) as e:
             raise CosimError(f"Verilator build of {top} failed ({e}); log {log}:\n{_tail(log)}") \
                 from None
+        if not reused:
+            _save_runtime_objects(build_dir, runtime)
         (build_dir / _DONE_MARKER).write_text(f"{time.monotonic() - t0:.1f} s\n")
     return result
+
+
+# Verilator's run-time library (verilated.cpp, its VPI, DPI and thread parts) is compiled into
+# every build directory: about 20 s of CPU per build, the same objects each time. The first
+# build of a flavour (tools, arguments, waves, coverage) keeps them; later builds start with
+# copies, which make sees as up to date (newer than their sources and headers, ``*.d``).
+_RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_threads")
+
+
+def _runtime_objects_dir(args, waves, coverage) -> Path:
+    h = hashlib.sha256("\0".join((f"scheme={_BUILD_SCHEME}", _tool_versions(), repr(args),
+                                  f"waves={waves}", f"coverage={coverage}")).encode())
+    return cache_dir() / "verilator-runtime" / h.hexdigest()[:20]
+
+
+def _copy_runtime_objects(src: Path, build_dir: Path) -> list[Path]:
+    """Copies of the kept run-time objects in ``build_dir`` (none kept: ``[]``)."""
+    files = [f"{n}{ext}" for n in _RUNTIME_OBJECTS for ext in (".o", ".d")]
+    if not all((src / f).is_file() for f in files):
+        return []
+    for f in files:
+        shutil.copyfile(src / f, build_dir / f)
+    return [build_dir / f"{n}.o" for n in _RUNTIME_OBJECTS]
+
+
+def _verilator_runner(touch: list[Path]):
+    """cocotb's Verilator runner; with ``touch``, a step between Verilator and ``make`` sets
+    those files' times to now, after Verilator rewrote ``Vtop.mk``, on which the generated
+    makefile makes the run-time objects depend."""
+    from cocotb_tools.runner import Verilator
+
+    class _Runner(Verilator):
+        def _build_command(self):
+            cmds = super()._build_command()
+            if touch:
+                cmds.insert(len(cmds) - 1, [sys.executable, "-c", "import os, sys\n"
+                                            "for p in sys.argv[1:]: os.utime(p)",
+                                            *map(str, touch)])
+            return cmds
+    return _Runner()
+
+
+def _save_runtime_objects(build_dir: Path, dest: Path) -> None:
+    files = [f"{n}{ext}" for n in _RUNTIME_OBJECTS for ext in (".o", ".d")]
+    if dest.is_dir() or not all((build_dir / f).is_file() for f in files):
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=dest.parent))
+    for f in files:
+        shutil.copyfile(build_dir / f, tmp / f)
+    try:
+        tmp.rename(dest)
+    except OSError:                                   # another worker saved them first
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- Icarus Verilog

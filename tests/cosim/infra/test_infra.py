@@ -18,6 +18,7 @@ import functools
 import logging
 import math
 import random
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -685,6 +686,24 @@ def test_coverage_build_writes_counters(seed, tmp_path):
     assert not plain.coverage and cb.run(plain, __name__, test_filter="test_latency_exact",
                                          seed=seed, test_dir=tmp_path / "plain").coverage_dat \
         is None
+
+
+def test_runtime_objects_compiled_once_per_flavour(seed, tmp_path, monkeypatch):
+    """Verilator's run-time library is compiled by the first build of a flavour only: in a fresh
+    cache, the second of two designs compiles none of it (its make log names no
+    ``verilated*.cpp``), the first does, and the second's simulator passes its bench (the
+    accumulator of tests/cosim/mutate against its Python model)."""
+    from tests.cosim.mutate.test_mutate_hw import Accumulator
+    monkeypatch.setenv("TRAININGCXL_CACHE_DIR", str(tmp_path / "cache"))
+    first = cb.build(cb.generate_verilog(Accumulator(), name="acc_first"), top="acc_first")
+    second = cb.build(cb.generate_verilog(Accumulator(), name="acc_second"), top="acc_second")
+    compiled = [sorted(set(re.findall(r"include/(verilated\w*)\.cpp",
+                                      (b.build_dir / "build.log").read_text())))
+                for b in (first, second)]
+    assert compiled[0] == ["verilated", "verilated_dpi", "verilated_threads", "verilated_vpi"]
+    assert compiled[1] == [], compiled[1]
+    res = cb.run(second, "tests.cosim.mutate.test_mutate_hw", seed=seed, test_dir=tmp_path / "r")
+    assert res.n_ran == 1 and res.n_failed == 0
 
 
 def test_check_junit_counts_only_passed(tmp_path):

@@ -388,7 +388,7 @@ class RtlDevice(FixedPointEmbeddings):
 
     async def _snap_watch(self, epoch, t0):
         while await self.drv.read("STATUS") & STATUS_SNAP_BUSY:
-            await ClockCycles(self.drv.clock, 32)
+            await Timer(32 * self.pmem.period, "step")     # one wake, not one per clock edge
         self.snap_background[epoch] = self.pmem.cycle - t0
 
     def commit_q(self, batch):
@@ -410,7 +410,7 @@ class RtlDevice(FixedPointEmbeddings):
         for _ in range(100_000):
             if not await self.drv.read("STATUS") & STATUS_SNAP_BUSY:
                 break
-            await ClockCycles(self.drv.clock, 64)
+            await Timer(64 * self.pmem.period, "step")
         else:
             raise TwinMismatch("STATUS.SNAP_BUSY still set 6.4 M cycles after the last batch")
         await ClockCycles(self.drv.clock, 8)

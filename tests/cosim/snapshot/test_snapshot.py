@@ -41,7 +41,6 @@ from cosim.device_driver import DeviceDriver
 from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
 from hw.config import DeviceConfig
 from hw.encodings import SNAP_MAGIC
-from hw.top import TOP_NAME, TrainingCXLDevice
 
 RING = 16
 GUARD = 0xA5
@@ -521,7 +520,7 @@ MIN_TESTS = 10     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, para
 @pytest.fixture(scope="module")
 def device_build():
     cfg = DeviceConfig()
-    return cfg, cb.build(cb.generate_verilog(TrainingCXLDevice(cfg), name=TOP_NAME))
+    return cfg, cb.device_build(cfg)
 
 
 @pytest.mark.cosim

@@ -126,8 +126,8 @@ class FakeDcoh:
         return True
 
     def _serve(self, h):
-        op, snp, mf, mv, tag, line = (h["opcode"], h["snp_type"], h["meta_field"],
-                                      h["meta_value"], h["tag"], h["addr"])
+        op, snp, mv, tag, line = (h["opcode"], h["snp_type"], h["meta_value"], h["tag"],
+                                  h["addr"])
         data = self.mem.get(line, bytes(LINE_BYTES))
         if op == RQ.MEM_SPEC_RD:
             return

@@ -453,7 +453,7 @@ async def media_poison_survives_power_failure(dut):
     it poisoned; a full-line clean MemWr clears it: the host reads the written bytes without
     poison and the LOOKUP of the row equals the model."""
     tb = await fresh(dut, "poison", [(0, 16, 16, 0.0)])
-    cfg, host = tb.cfg, tb.drv.host
+    cfg = tb.cfg
     dirs = dict(tb.tables)
     R = 5
     a = row_addr(tb, 0, R)

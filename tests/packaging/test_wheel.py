@@ -15,10 +15,11 @@ checks that (the imported files are under the fresh environment) before the comm
 
 Cost: building and installing the wheel takes seconds; ``trainingcxl verilog`` elaborates the
 device (about 20 s); the train run simulates two batches on the Verilator build of
-``DeviceConfig()``. That build is made (or found) by this process first, through the same
-content-addressed cache the installed copy uses (its key names the Verilog, the tool versions
-and cocotb's library directory, all shared), so it is the one tests/cosim/device and the crash
-smoke use, paid once per machine (several minutes cold), not by the installed command.
+``DeviceConfig()`` with the C++ PMEM model (the train job's default). That build is made (or
+found) by this process first, through the same content-addressed cache the installed copy uses
+(its key names the Verilog, the C++ model's source, the tool versions and cocotb's library
+directory, all shared), so it is the one the crash smoke uses, paid once per machine, not by the
+installed command.
 """
 import json
 import os
@@ -48,7 +49,7 @@ def _run(cmd, *, cwd, env, timeout):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(python, trainingcxl script, env) of a fresh environment holding only the wheel."""
-    cb.device_build(DeviceConfig())          # the shared simulator build (see the docstring)
+    cb.device_build(DeviceConfig(), pmem="cpp")   # the shared simulator build (docstring)
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()

@@ -86,9 +86,10 @@ def _args(argv):
                     help="record the device's ports every cycle into DIR, for the replay of "
                          "`python -m trainingcxl.bench.verilator_speed --load DIR` "
                          "(about 0.6 kB per cycle)")
-    ap.add_argument("--pmem", choices=("python", "cpp"), default="python",
-                    help="PMEM model: the Python one (default) or the C++ one compiled into "
-                         "the simulator (a build of its own; no stalls or media faults)")
+    ap.add_argument("--pmem", choices=("python", "cpp"), default="cpp",
+                    help="PMEM model: the C++ one compiled into the simulator (default; about "
+                         "2x faster) or the Python one (cosim/pmem.py); both give the same "
+                         "cycles, images and crash images (docs/crash.md)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)

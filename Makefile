@@ -26,7 +26,7 @@ test: $(STAMP)
 
 # Second simulator: installs Debian's iverilog if missing (root, as on CI), then requires the
 # Icarus run's boundary trace to equal Verilator's. Plain `make test` skips it without iverilog.
-# The C++ PMEM model against the Python one (docs/crash.md): its own full-device build, 4-5 min
+# The C++ PMEM model against the Python one (docs/crash.md) on the shared device build, ~45 s
 test-cpmem: $(STAMP)
 	$(TCXL) test tests/cosim/pmem_cpp $(if $(SEED),--seed $(SEED))
 

@@ -55,10 +55,10 @@ raises unless its results file shows at least one test and no failure, since
 Verilator options: exactly the three waivers Amaranth output needs, plus ``--assert`` (the RTL's
 ``Assert``s stop the simulation); only the top module's signals are public
 (``--no-public-flat-rw`` and a control file: cocotb reaches the ports, Verilator may optimise
-everything below); the per-cycle C++ is compiled with ``-O2`` and the rest unoptimised (see
-``_MAKEFLAGS``). ``--x-assign``/``--x-initial`` keep Verilator's defaults (``fast``/``unique``,
-which give zeros): Amaranth's Verilog initialises every register explicitly, so no
-X-dependent behaviour is expected.
+everything below); the per-cycle C++ is compiled with ``-O2`` less its costliest passes
+(``OPT_FAST``) and the rest unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial``
+keep Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog
+initialises every register explicitly, so no X-dependent behaviour is expected.
 """
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
     "waves_requested", "is_built", "device_build", "device_verilog", "COVERAGE_ARGS",
-    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results", "PMEM_MODELS",
+    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results",
     "MUTANTS_ENV", "MUTANT_ENV",
 ]
 
@@ -128,7 +128,15 @@ _MAKEFLAGS = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds
 # Optimise only the per-cycle code (OPT_FAST); the "slow" files (constructors, the VPI symbol
 # table that cocotb's public signals make huge) stay unoptimised: with -O3 on everything the
 # C++ compile of the device top took over 7 minutes, and it gains nothing at run time.
-_MAKEFLAGS += " OPT_FAST=-O2"
+# -O2 without its costliest passes on Verilator's long straight-line functions: GCC's alias
+# walks (capped by the two --param limits; about a third of the time on the device's largest
+# file), RTL PRE (-fno-gcse) and interprocedural cloning and merging (-fno-ipa-*). The largest
+# file compiles in 17 s instead of 27 s and the default device builds in 43 s instead of 57 s,
+# at the same speed (docs/benchmarks.md, "C++ flags of the simulator builds").
+OPT_FAST = ("-O2", "--param=sccvn-max-alias-queries-per-access=50",
+            "--param=dse-max-alias-queries-per-store=32", "-fno-gcse", "-fno-ipa-cp",
+            "-fno-ipa-sra", "-fno-ipa-icf")
+_MAKEFLAGS += " OPT_FAST=" + "\\ ".join(OPT_FAST)     # MAKEFLAGS escapes spaces in a value
 
 # Warnings are errors inside the simulator's Python too. The one exception: cocotbext-axi 0.1.28
 # (the newest release) still calls APIs that cocotb 2 deprecated (setimmediatevalue, Edge,
@@ -147,7 +155,7 @@ public_flat_rw -module "{top}" -var "*"
 """
 
 # Bump when the way a build directory is produced changes, to invalidate old caches.
-_BUILD_SCHEME = 3
+_BUILD_SCHEME = 4
 _DONE_MARKER = "BUILD_OK"
 
 
@@ -346,22 +354,14 @@ def is_built(build: Build) -> bool:
     return (build.build_dir / _DONE_MARKER).is_file()
 
 
-PMEM_MODELS = ("python", "cpp")
-
-
-def device_build(cfg, *, pmem: str = "python", **kw) -> "Build":
-    """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`).
-
-    ``pmem="cpp"``: the variant with the C++ PMEM model on the media port (top
-    ``trainingcxl_device_cpmem``, :mod:`cosim.pmem_cpp`), a build of its own; the default
-    build is unchanged by it."""
-    if pmem not in PMEM_MODELS:
-        raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
-    if pmem == "cpp":
-        from cosim.pmem_cpp.wrapper import CPP_SOURCE, cpmem_top_name, pmem_top
-        return build(pmem_top(device_verilog(cfg)), top=cpmem_top_name("trainingcxl_device"),
-                     cpp_sources=(CPP_SOURCE,), **kw)
-    return build(device_verilog(cfg), **kw)
+def device_build(cfg, **kw) -> "Build":
+    """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`) in the
+    top ``trainingcxl_device_cpmem`` of :mod:`cosim.pmem_cpp.wrapper`: the C++ PMEM model is
+    compiled in, and each run picks the PMEM model (``BenchConfig.pmem``: the C++ one, or the
+    Python one driving the top's ``ext_m_axi__*`` inputs). One build serves both."""
+    from cosim.pmem_cpp.wrapper import CPP_SOURCE, cpmem_top_name, pmem_top
+    return build(pmem_top(device_verilog(cfg)), top=cpmem_top_name("trainingcxl_device"),
+                 cpp_sources=(CPP_SOURCE,), **kw)
 
 
 def _tool_versions() -> str:

@@ -433,6 +433,25 @@ class ClockCount:
         return self.cycle_at(_now())
 
 
+def _drive_outside_inputs(dut, prefix, bus) -> None:
+    """On a top with the C++ model's select input, point the slave-driven signals of ``bus``
+    at the top's ``ext_`` inputs (the wires of the same names are what the design sees)."""
+    from cosim.pmem_cpp.wrapper import EXT_PREFIX, SELECT_PORT
+    try:
+        select = getattr(dut, SELECT_PORT)
+    except AttributeError:
+        return
+    select.value = 0
+    for part in (bus.write.aw, bus.write.w, bus.write.b, bus.read.ar, bus.read.r):
+        for attr, handle in list(part._signals.items()):
+            try:
+                ext = getattr(dut, f"{EXT_PREFIX}{handle._name}")
+            except AttributeError:        # a master-driven signal: read where it is
+                continue
+            part._signals[attr] = ext
+            setattr(part, attr, ext)
+
+
 class PmemModel(ClockCount, Reset):
     """AXI4 slave PMEM model on the AXI master port ``<prefix>_<signal>`` of ``dut``.
 
@@ -440,6 +459,10 @@ class PmemModel(ClockCount, Reset):
     ``m_axi`` port, ``__`` separator). ``reset`` is active high. ``poison_port`` is True when
     the port has AWUSER and RUSER (the per-line poison bit). See the module docstring for the
     exact timing, poison and persistence rules.
+
+    On a top that can also carry the C++ model (:mod:`cosim.pmem_cpp.wrapper`: a ``pmem_cpp``
+    input) the model drives that top's ``ext_<prefix>_<signal>`` inputs, with ``pmem_cpp``
+    low, and reads the master's signals under their own names.
     """
 
     def __init__(self, dut, *, prefix="m_axi_", clock, reset, read_latency=100,
@@ -472,6 +495,7 @@ class PmemModel(ClockCount, Reset):
         self._t_first = None      # time of the first rising edge (bandwidth edge numbers)
 
         bus = AxiBus.from_prefix(dut, prefix)
+        _drive_outside_inputs(dut, prefix, bus)
         self.width = len(bus.read.r.rdata)
         self.byte_lanes = self.width // 8
         self.strb_mask = (1 << self.byte_lanes) - 1

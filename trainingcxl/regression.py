@@ -6,8 +6,8 @@
     trainingcxl test [pytest arguments]    a selection
 
 The whole suite runs ``pytest tests -n N --dist loadfile`` (less ``tests/cosim/pmem_cpp``, the
-C++ PMEM model's parity with the Python one: it needs a second full-device build of 4-5 min,
-so it is its own target, ``make test-cpmem``) with a JUnit report in
+C++ PMEM model's parity with the Python one, about 45 s on the cached device build: its own
+target, ``make test-cpmem``) with a JUnit report in
 build/test-results.xml (under the working directory) and a ledger of every cocotb simulator run
 in build/cocotb-runs.jsonl, then requires (:mod:`trainingcxl.check_junit`) the report to hold at
 least one passed cosim test *and* the results files of the simulator runs to show at least one

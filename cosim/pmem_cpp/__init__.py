@@ -2,7 +2,8 @@
 
 Same timing, ordering and persistence rules as :class:`cosim.pmem.PmemModel` (its docstring),
 but the per-cycle work is C++ (``pmem_dpi.cpp``) called from the Verilog the build adds around
-the device (:mod:`cosim.pmem_cpp.wrapper`; ``cosim.build.device_build(cfg, pmem="cpp")``).
+the device (:mod:`cosim.pmem_cpp.wrapper`; every ``cosim.build.device_build(cfg)`` has it, and
+the Python model can drive the same build instead).
 Python only talks to it at transaction level, through ``ctypes`` on the simulator process:
 backdoor reads and writes of the media (``mem``, a :class:`CppMemory`), counters
 (``stats()``), and the in-flight write state a power failure needs (``unacked``,
@@ -32,6 +33,7 @@ from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from cosim.media import BandwidthServer
 from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
+from cosim.pmem_cpp.wrapper import SELECT_PORT
 from sw_model.memory import LINE, MemoryImage
 
 __all__ = ["CppPmemModel", "CppMemory", "protocol_error", "cpp_available", "pmem_model",
@@ -51,8 +53,8 @@ def _lib():
         try:
             lib.tcxl_pmem_attach
         except AttributeError:
-            raise RuntimeError("this simulator has no C++ PMEM model: build it with "
-                               "cosim.build.device_build(cfg, pmem='cpp')") from None
+            raise RuntimeError("this simulator has no C++ PMEM model: build the device with "
+                               "cosim.build.device_build(cfg)") from None
         u64, p = ctypes.c_ulonglong, ctypes.c_void_p
         sig = {
             "tcxl_pmem_attach": (None, [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
@@ -279,6 +281,7 @@ class CppPmemModel(ClockCount):
         lib.tcxl_pmem_set_bandwidth(rs.num, rs.den, ws.num, ws.den)
         self.read_bandwidth, self.write_bandwidth = rs.bandwidth, ws.bandwidth
         lib.tcxl_pmem_attach(self.byte_lanes, read_latency, write_latency, int(log_writes))
+        getattr(dut, SELECT_PORT).value = 1   # the model, not the top's ext_ inputs, drives the port
         self.r = _Channel(self, "busy_r")
         self.b = _Channel(self, "busy_b")
         cocotb.start_soon(self._measure_clock())
@@ -478,16 +481,15 @@ PMEM_MODELS = ("python", "cpp")
 
 def pmem_model(kind: str, dut, **kw):
     """The PMEM model ``kind`` (``"python"``: :class:`cosim.pmem.PmemModel`, ``"cpp"``:
-    :class:`CppPmemModel`) on ``dut``'s media port, constructed with ``kw``. Refuses a kind
-    the simulator was not built for (the C++ model drives the port from inside the Verilog,
-    so the Python model must not be used on that build, nor the C++ one on the plain build)."""
+    :class:`CppPmemModel`) on ``dut``'s media port, constructed with ``kw``. The device build
+    carries both (:mod:`cosim.pmem_cpp.wrapper`); ``"cpp"`` is refused on a simulator built
+    without the C++ model."""
     if kind not in PMEM_MODELS:
         raise ValueError(f"pmem model must be one of {PMEM_MODELS}, got {kind!r}")
-    if cpp_available() != (kind == "cpp"):
-        raise RuntimeError(f"PMEM model {kind!r} asked for, but this simulator was built "
-                           f"{'with' if kind == 'python' else 'without'} the C++ PMEM model "
-                           "(cosim.build.device_build(cfg, pmem=...) must match "
-                           "BenchConfig.pmem)")
     if kind == "cpp":
+        if not cpp_available():
+            raise RuntimeError("PMEM model 'cpp' asked for, but this simulator was built "
+                               "without the C++ PMEM model (cosim.build.device_build(cfg) has "
+                               "it)")
         return CppPmemModel(dut, **kw)
     return PmemModel(dut, **kw)

@@ -11,18 +11,29 @@ plus two modules:
   while reset is high (the Python model's channel engines drop valid and ready at that
   instant).
 * the new top ``<top>_cpmem``: every port of the design except the media port, the design and
-  the PMEM module between them. The media port's signals are wires of the top, so cocotb (and
-  the boundary trace) still reads them as ``dut.m_axi__araddr``; nothing in Python drives them.
+  the PMEM module, and two ways to drive the media port, chosen at run time by the input
+  ``pmem_cpp``:
+
+  - ``pmem_cpp`` high (:class:`cosim.pmem_cpp.CppPmemModel` sets it): the C++ model drives the
+    signals the slave drives (``arready``, ``rdata``, ``bvalid``, ...);
+  - ``pmem_cpp`` low (the initial value): the inputs ``ext_<prefix>_<name>`` of the top drive
+    them, which is where :class:`cosim.pmem.PmemModel` (Python) writes on this top.
+
+  Either way the media port's signals are wires of the top under their own names, so cocotb
+  (and the boundary trace) reads the values the design sees as ``dut.m_axi__rdata``. One
+  simulator build serves both PMEM models.
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-__all__ = ["CPP_SOURCE", "PMEM_MODULE", "pmem_top", "cpmem_top_name"]
+__all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "EXT_PREFIX", "pmem_top", "cpmem_top_name"]
 
 CPP_SOURCE = Path(__file__).resolve().parent / "pmem_dpi.cpp"
 PMEM_MODULE = "trainingcxl_pmem_dpi"
+SELECT_PORT = "pmem_cpp"   # 1: the C++ model drives the media port, 0: the ext_ inputs do
+EXT_PREFIX = "ext_"        # the top's inputs for a PMEM model outside the simulator
 
 _DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
                    re.M)
@@ -207,13 +218,23 @@ def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "
     def rng(n):
         return f"[{n - 1}:0] " if n > 1 else ""
 
-    lines = [f"\n// {top} with the C++ PMEM model on its media port (cosim/pmem_cpp/wrapper.py).",
-             f"module {new_top} ({', '.join(n for _, n, _ in outer)});"]
+    slave = [s for s, n in media.items() if dict(_MEDIA)[n] == "in"]   # the PMEM drives these
+    ext = {s: f"{EXT_PREFIX}{s}" for s in slave}
+    cpp = {s: f"cpp_{s}" for s in slave}
+    names = [n for _, n, _ in outer] + list(ext.values()) + [SELECT_PORT]
+    lines = [f"\n// {top} with the C++ PMEM model or outside inputs on its media port, chosen "
+             f"by {SELECT_PORT} (cosim/pmem_cpp/wrapper.py).",
+             f"module {new_top} ({', '.join(names)});"]
     lines += [f"  {d} wire {rng(w)}{n};" for d, n, w in outer]
+    lines += [f"  input wire {rng(by_name[s][1])}{ext[s]};" for s in slave]
+    lines.append(f"  input wire {SELECT_PORT};")
     lines += [f"  wire {rng(by_name[s][1])}{s};" for s in media]
+    lines += [f"  wire {rng(by_name[s][1])}{cpp[s]};" for s in slave]
+    lines += [f"  assign {s} = {SELECT_PORT} ? {cpp[s]} : {ext[s]};" for s in slave]
     conns = [f"    .{n}({n})" for _, n, _ in ports]
     lines.append(f"  {top} device (\n" + ",\n".join(conns) + "\n  );")
-    pconns = ["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({s})" for s, n in media.items()]
+    pconns = ["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({cpp.get(s, s)})"
+                                                   for s, n in media.items()]
     lines.append(f"  {PMEM_MODULE} pmem (\n" + ",\n".join(pconns) + "\n  );")
     lines.append("endmodule\n")
     return verilog_text + _pmem_module(widths) + "\n".join(lines)

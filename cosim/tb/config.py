@@ -28,8 +28,8 @@ class BenchConfig:
     (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
     device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
     ``pmem``: the PMEM model on the media port, ``"python"`` (:class:`cosim.pmem.PmemModel`)
-    or ``"cpp"`` (:class:`cosim.pmem_cpp.CppPmemModel`, compiled into the simulator: build
-    with ``cosim.build.device_build(cfg, pmem="cpp")``; no stalls, no media faults;
+    or ``"cpp"`` (:class:`cosim.pmem_cpp.CppPmemModel`, compiled into every
+    ``cosim.build.device_build(cfg)``; no stalls;
     ``cosim.tb.device`` and the training job only).
     """
     device: DeviceConfig = DeviceConfig()

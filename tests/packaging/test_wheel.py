@@ -49,7 +49,7 @@ def _run(cmd, *, cwd, env, timeout):
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """(python, trainingcxl script, env) of a fresh environment holding only the wheel."""
-    cb.device_build(DeviceConfig(), pmem="cpp")   # the shared simulator build (docstring)
+    cb.device_build(DeviceConfig())   # the shared simulator build (docstring)
     tmp = tmp_path_factory.mktemp("wheel")
     src = tmp / "src"
     src.mkdir()

@@ -23,9 +23,12 @@ also measured under load: a second C++ ``main`` replays the recorded inputs of e
 every output of every cycle against the recording once, then times replays without the check.
 That is the device's cost under a real LOOKUP/UPDATE load with no testbench at all.
 
-Option sets (``--opts``): ``cocotb`` = the flags the cocotb builds use (``cosim.build``), with
-Verilator's defaults for optimisation; ``fast`` = the same plus ``-O3 --x-assign fast
---x-initial fast`` and ``-CFLAGS -O2``; ``threads2`` = ``fast`` with ``--threads 2``.
+Option sets (``--opts``): ``cocotb`` = the flags the cocotb builds use (``cosim.build``: its
+Verilator arguments and the C++ flags of the per-cycle code, ``cosim.build.OPT_FAST``), with
+Verilator's defaults for optimisation; ``cocotb-O2`` = the same with plain ``-O2`` for the
+per-cycle code (the C++ flags before ``OPT_FAST``); ``fast`` = ``cocotb`` plus ``-O3
+--x-assign fast --x-initial fast`` and ``-CFLAGS -O2``; ``threads2`` = ``fast`` with
+``--threads 2``. The table gives each build's wall time too.
 """
 from __future__ import annotations
 
@@ -49,7 +52,10 @@ OPTION_SETS = {
     "fast": ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-O2"),
     "threads2": ("-O3", "--x-assign", "fast", "--x-initial", "fast", "-CFLAGS", "-O2",
                  "--threads", "2"),
+    "cocotb-O2": (),
 }
+# option sets whose per-cycle C++ is compiled with other flags than cosim.build.OPT_FAST
+OPT_FAST_SETS = {"cocotb-O2": ("-O2",)}
 
 
 def harness_cpp(ports: list[dict]) -> str:
@@ -223,11 +229,15 @@ def _verilog(src_root: Path, config: str, out: Path) -> tuple[str, list[dict]]:
     return (out / f"{TOP}.v").read_text(), ports
 
 
-def _build(verilog: str, cpp: str, opts: tuple, root: Path) -> Path:
-    from cosim.build import VERILATOR_ARGS, verilator_env
+def _build(verilog: str, cpp: str, opts: str, root: Path) -> Path:
+    from cosim.build import OPT_FAST, VERILATOR_ARGS, verilator_env
     verilator_env()
-    args = tuple(VERILATOR_ARGS) + tuple(opts)
-    key = hashlib.sha256("\0".join((verilog, repr(args), cpp)).encode()).hexdigest()[:16]
+    opt_fast = OPT_FAST_SETS.get(opts, OPT_FAST)
+    # MAKEFLAGS (set by verilator_env) carries OPT_FAST; a later definition wins
+    os.environ["MAKEFLAGS"] += " OPT_FAST=" + "\\ ".join(opt_fast)
+    args = tuple(VERILATOR_ARGS) + OPTION_SETS[opts]
+    key = hashlib.sha256("\0".join((verilog, repr(args), repr(opt_fast), cpp)).encode()
+                         ).hexdigest()[:16]
     d = root / key
     exe = d / "obj" / f"V{TOP}"
     main_cpp = d / "main.cpp"
@@ -365,7 +375,7 @@ def main(argv=None) -> int:
                 verilog, ports = _verilog(src, config, vdir)
                 for opts in opt_sets:
                     t0 = time.monotonic()
-                    exe = _build(verilog, harness_cpp(ports), OPTION_SETS[opts], root)
+                    exe = _build(verilog, harness_cpp(ports), opts, root)
                     idle.append(({"hw": tree, "config": config, "opts": opts,
                                   "verilog_lines": verilog.count("\n"),
                                   "build_s": round(time.monotonic() - t0, 1),
@@ -375,7 +385,7 @@ def main(argv=None) -> int:
                     if loaded and tree == "this tree" and config == loaded["config_name"]:
                         n = loaded["cycles"]
                         t0 = time.monotonic()
-                        rexe = _build(verilog, replay_cpp(loaded), OPTION_SETS[opts], root)
+                        rexe = _build(verilog, replay_cpp(loaded), opts, root)
                         built = time.monotonic() - t0
                         write_init(a.load, loaded)
                         m = measure_replay(rexe, a.load.resolve(), n, a.repeats)
@@ -390,11 +400,12 @@ def main(argv=None) -> int:
         for (row, _), m in zip(idle, measure_interleaved([e for _, e in idle], a.cycles,
                                                          a.repeats)):
             rows.append({**row, **m})
-    print("\n| hw | config | options | load | Verilog lines | cycles/s (median) | best |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| hw | config | options | load | Verilog lines | build s | cycles/s (median) | best |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['hw']} | {r['config']} | {r['opts']} | {r.get('load', 'idle')} | "
-              f"{r['verilog_lines']:,} | {r['median']:,.0f} | {r['best']:,.0f} |")
+              f"{r['verilog_lines']:,} | {r['build_s']} | {r['median']:,.0f} | "
+              f"{r['best']:,.0f} |")
     if a.against:
         for config in configs:
             for opts in opt_sets:

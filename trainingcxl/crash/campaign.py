@@ -45,8 +45,8 @@ DEFAULT_TASK_POINTS = 100
 # report fields that measure wall-clock time: the only ones in which a campaign on a cluster
 # may differ from the serial campaign of the same points
 WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
-# the PMEM model on the media port: "cpp" (cosim.pmem_cpp, compiled into the simulator, its own
-# build) gives the same images and verdicts as "python" (cosim.pmem) for the same seed and
+# the PMEM model on the media port: "cpp" (cosim.pmem_cpp, compiled into the simulator; the same
+# build runs either) gives the same images and verdicts as "python" (cosim.pmem) for the same seed and
 # points, in less time (docs/crash.md, "Speed")
 PMEM_MODELS = ("python", "cpp")
 DEFAULT_PMEM = "cpp"
@@ -187,7 +187,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
 
     build = part.build
     if not cb.is_built(build):
-        build = cb.device_build(part.cfg, pmem=part.pmem)
+        build = cb.device_build(part.cfg)
     out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
@@ -293,8 +293,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     for any split of the same points (fields that measure wall-clock time excepted:
     :data:`WALL_CLOCK_FIELDS`). The simulator is built here, before any task starts, so every
     worker sharing this machine's cache (or a shared filesystem) finds it built. ``pmem``: the
-    PMEM model, ``"cpp"`` or ``"python"`` (a ``build`` passed in must be the matching
-    ``cosim.build.device_build(cfg, pmem=pmem)``).
+    PMEM model, ``"cpp"`` or ``"python"`` (``cosim.build.device_build(cfg)`` carries both).
     """
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
@@ -310,7 +309,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results.write_text("")
     t0 = time.monotonic()
     if build is None:
-        build = cb.device_build(cfg, pmem=pmem)
+        build = cb.device_build(cfg)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     workers = None if isinstance(executor, SerialExecutor) else executor.workers

@@ -55,13 +55,13 @@ class FuzzBlock:
     pmem: str = "python"
 
 
-def _build(surface: str, pmem: str = "python"):
+def _build(surface: str):
     from cosim import build as cb
     from hw.config import DeviceConfig
     if surface == "cxl":
         from trainingcxl.stress.job import _build as dcoh_build
         return dcoh_build("main")
-    return cb.device_build(DeviceConfig(), pmem=pmem)
+    return cb.device_build(DeviceConfig())
 
 
 def run_block(block: FuzzBlock, *, progress=None) -> dict:
@@ -71,7 +71,7 @@ def run_block(block: FuzzBlock, *, progress=None) -> dict:
     from hw.config import DeviceConfig
     from trainingcxl.fuzz.tb import FuzzParams
 
-    b = block.build if cb.is_built(block.build) else _build(block.surface, block.pmem)
+    b = block.build if cb.is_built(block.build) else _build(block.surface)
     out = cluster.fresh_task_dir(block.out)
     p = FuzzParams(surface=block.surface, out=str(out / "result.json"), count=block.count, seed=block.seed,
                    round=block.round, watchdog_us=block.watchdog_us,
@@ -145,7 +145,7 @@ def _fuzz(args, ex) -> int:
           f"blocks={args.blocks} round={rnd} watchdog={args.watchdog_us} us; {ex.description}",
           flush=True)
     t0 = time.monotonic()
-    b = _build(args.surface, args.pmem)  # once, before any task: the workers find it cached
+    b = _build(args.surface)  # once, before any task: the workers find it cached
     build_s = round(time.monotonic() - t0, 1)
     n, k = args.count, args.blocks
     blocks = [FuzzBlock(index=i, surface=args.surface, seed=args.seed + i,

@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     print(f"  media: {a.media_timing.describe()}", flush=True)
     print("building the device simulator (cached after the first run)...", flush=True)
     t0 = time.time()
-    b = cb.device_build(cfg, pmem=a.pmem)
+    b = cb.device_build(cfg)
     print(f"  ready in {time.time() - t0:.0f} s", flush=True)
     res_path = (a.out / "rtl_run.json").resolve()
     spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,

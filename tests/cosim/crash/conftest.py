@@ -1,16 +1,15 @@
-"""The crash tests' device build: the campaign's default path (C++ PMEM model), built once per
-test worker and shared by every campaign test."""
+"""The crash tests' device build (it carries both PMEM models; the campaigns run the default,
+C++ one), built once per test worker and shared by every campaign test."""
 import pytest
 
 from cosim import build as cb
 from hw.config import DeviceConfig
-from trainingcxl.crash.campaign import DEFAULT_PMEM
 
 
 @pytest.fixture(scope="session")
 def crash_build():
     cfg = DeviceConfig()
-    return cfg, cb.device_build(cfg, pmem=DEFAULT_PMEM)
+    return cfg, cb.device_build(cfg)
 
 
 @pytest.fixture

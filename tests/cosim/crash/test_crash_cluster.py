@@ -9,7 +9,7 @@ import pytest
 from cosim import build as cb
 from hw.config import DeviceConfig
 from trainingcxl.cluster import open_executor
-from trainingcxl.crash.campaign import DEFAULT_PMEM, WALL_CLOCK_FIELDS, run_campaign
+from trainingcxl.crash.campaign import WALL_CLOCK_FIELDS, run_campaign
 
 N_POINTS = 3
 
@@ -22,7 +22,7 @@ def _points(path):
 @pytest.mark.cosim
 def test_two_worker_campaign_equals_serial(seed, tmp_path):
     cfg = DeviceConfig()
-    b = cb.device_build(cfg, pmem=DEFAULT_PMEM)
+    b = cb.device_build(cfg)
     kw = dict(points=f"random:{N_POINTS}", seed=seed, cfg=cfg, progress=False, build=b,
               chunk=3)
     serial = run_campaign(out=tmp_path / "serial", **kw)

@@ -25,7 +25,7 @@ def test_cpp_pmem_campaign_equals_python(seed, tmp_path):
     reps = {}
     for pmem in ("python", "cpp"):
         reps[pmem] = run_campaign(points=f"random:{N_POINTS}", seed=seed, cfg=cfg,
-                                  progress=False, build=cb.device_build(cfg, pmem=pmem),
+                                  progress=False, build=cb.device_build(cfg),
                                   chunk=3, pmem=pmem, out=tmp_path / pmem)
     py, cpp = reps["python"], reps["cpp"]
     assert py["ok"] and py["tried"] == N_POINTS, (seed, py)

@@ -23,8 +23,8 @@ recovery and snapshots), recorded on both models, give byte-equal traces (every 
 response on the media port and every report it causes) and pass their own checks against the
 golden model. Everything is compared with the Python model's run, never with the C++ model's
 own figures. The media-fault tests run with unlimited bandwidth (the default timing).
-Builds: the default ``DeviceConfig()`` build (shared with tests/cosim/device)
-and its C++-PMEM variant (one more full-device build).
+Build: the default ``DeviceConfig()`` build (shared with tests/cosim/device), which carries both
+models (``cosim.pmem_cpp.wrapper``); each run picks one.
 """
 import hashlib
 import json
@@ -163,7 +163,7 @@ def runs(tmp_path_factory, request):
     out = {}
     for kind in PMEM_MODELS:
         t0 = time.monotonic()
-        b = cb.device_build(cfg, pmem=kind)
+        b = cb.device_build(cfg)
         t1 = time.monotonic()
         d = tmp_path_factory.mktemp(f"pmem-{kind}")
         trace = d / "rtl.jsonl"
@@ -215,7 +215,7 @@ def test_cpp_pmem_media_faults_equal_python(tmp_path, request):
     for kind in PMEM_MODELS:
         d = tmp_path / kind
         traces[kind] = d / "rtl.jsonl"
-        res = cb.run(cb.device_build(cfg, pmem=kind), "tests.cosim.media.test_media", seed=seed,
+        res = cb.run(cb.device_build(cfg), "tests.cosim.media.test_media", seed=seed,
                      test_filter=MEDIA_TESTS, test_dir=d,
                      params=BenchConfig(cfg, trace=str(traces[kind]), pmem=kind))
         assert res.n_ran == N_MEDIA_TESTS and res.n_failed == 0, (res, seed)
@@ -226,14 +226,11 @@ def test_cpp_pmem_media_faults_equal_python(tmp_path, request):
                       f"cpp {traces['cpp']})"
 
 
-@pytest.mark.cosim
-def test_pmem_model_must_match_the_build(tmp_path):
-    """The Python model on the C++-PMEM build (both would drive the media port) is refused
-    with a message naming the fix; so is the C++ model on the plain build."""
-    cfg = DeviceConfig()
-    for build_kind, asked in (("cpp", "python"), ("python", "cpp")):
-        with pytest.raises(cb.CosimError):
-            cb.run(cb.device_build(cfg, pmem=build_kind), __name__, seed=1,
-                   test_dir=tmp_path / build_kind, params=BenchConfig(cfg, pmem=asked))
-        log = (tmp_path / build_kind / "sim.log").read_text()
-        assert "must match BenchConfig.pmem" in log, log[-2000:]
+def test_cpp_model_refused_without_it_in_the_simulator():
+    """Outside a simulator with the C++ model compiled in (here: no simulator at all), asking
+    for it is a clear error naming the build that has it; an unknown kind too."""
+    from cosim.pmem_cpp import pmem_model
+    with pytest.raises(RuntimeError, match=r"without the C\+\+ PMEM model.*device_build"):
+        pmem_model("cpp", None)
+    with pytest.raises(ValueError, match="must be one of"):
+        pmem_model("rust", None)

@@ -1,17 +1,17 @@
 """cocotb tests of the DCOH (docs/coherence.md) through ``cosim.tb.dcoh.DcohTB``.
 
 One Verilator build per configuration; the run's :class:`DcohParams` say which tests apply to
-it (``set``): "main" (default build), "small" (2 sets x 2 ways, 2 BITags: victims and a full
-tracker) or "narrow" (128-bit media port, 4 beats a line: the poison tests only). Every test ends with
+it (``set``): "main" (default build) or "small" (2 sets x 2 ways, 2 BITags and a 128-bit media
+port: victims, a full tracker, and the poison tests on 4-beat lines). Every test ends with
 ``tb.finish()``: no violation from the host model, the scoreboard or the value checker, every
 expected err pulse seen, and the DUT's counters equal to what the host saw.
 
 Pytest launcher (end of file): DCOH cosim tier: the DCOH test top under Verilator against the host model and checkers.
 
-Three configurations, one Verilator build each: the default DCOH (64 x 4 snoop filter, 8
-BITags) for directed tests and the random stress, a small one (2 x 2 snoop filter, 2 BITags)
-where every third request needs a victim and the tracker fills, and the default with a 128-bit
-media port for the poison tests on multi-beat lines. Sizes are smoke sizes
+Two configurations, one Verilator build each: the default DCOH (64 x 4 snoop filter, 8
+BITags) for directed tests and the random stress, and a small one (2 x 2 snoop filter, 2
+BITags) where every third request needs a victim and the tracker fills, with a 128-bit media
+port (the fpga-ecp5 width, a line is a 4-beat burst) on which the poison tests run again. Sizes are smoke sizes
 (``DcohParams.messages`` host messages per random test); ``trainingcxl stress`` runs long.
 """
 from dataclasses import dataclass
@@ -45,7 +45,6 @@ P = params.current(DcohParams)
 SET = P.set
 MAIN = SET == "main"
 SMALL = SET == "small"
-NARROW = SET == "narrow"
 
 
 def _calm_tb(dut, **kw):
@@ -295,7 +294,7 @@ async def _expect_poison(tb, line, poisoned, data=None):
         assert t.drs_data == data and op.resp == data
 
 
-@cocotb.test(skip=not (MAIN or NARROW))
+@cocotb.test(skip=not (MAIN or SMALL))
 async def poison(dut):
     """The media keeps poison per line (docs/coherence.md "Poison"): a poisoned MemWr marks
     the line (host reads MemData poison 1, device reads err 1); a partial clean write (host
@@ -328,7 +327,7 @@ async def poison(dut):
     await tb.finish()
 
 
-@cocotb.test(skip=not (MAIN or NARROW))
+@cocotb.test(skip=not (MAIN or SMALL))
 async def poison_many_lines(dut):
     """20 poisoned lines (more than any table would hold, the DCOH keeps none): every write is
     answered Cmp and written, no error is reported, all 20 read back poisoned, host and device;
@@ -473,9 +472,10 @@ async def random_stress(dut, stall, conflict_tag):
 # ---- pytest launcher ----------------------------------------------------------------------------
 CONFIGS = {
     "main": DeviceConfig(),
-    "small": DeviceConfig().with_(sf_sets=2, sf_ways=2, bi_tags=2, park_slots=2),
-    # 128-bit media port (the fpga-ecp5 width): a line is a 4-beat burst; the poison tests
-    "narrow": DeviceConfig().with_(media_data_bits=128),
+    # victims and a full tracker; a 128-bit media port (the fpga-ecp5 width, a line is a
+    # 4-beat burst) for the poison tests on multi-beat lines
+    "small": DeviceConfig().with_(sf_sets=2, sf_ways=2, bi_tags=2, park_slots=2,
+                                  media_data_bits=128),
 }
 
 
@@ -491,4 +491,4 @@ def test_dcoh_cosim(dcoh_build, seed, tmp_path):
     name, cfg, b = dcoh_build
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path,
                  params=DcohParams(bench=BenchConfig(cfg), set=name, messages=1500))
-    assert res.n_ran >= {"small": 3, "narrow": 2}.get(name, 8)
+    assert res.n_ran >= {"small": 7}.get(name, 8), res   # small: 5 tests + the 2 poison tests

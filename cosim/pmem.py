@@ -433,7 +433,7 @@ class ClockCount:
         return self.cycle_at(_now())
 
 
-def _drive_outside_inputs(dut, prefix, bus) -> None:
+def _drive_outside_inputs(dut, bus) -> None:
     """On a top with the C++ model's select input, point the slave-driven signals of ``bus``
     at the top's ``ext_`` inputs (the wires of the same names are what the design sees)."""
     from cosim.pmem_cpp.wrapper import EXT_PREFIX, SELECT_PORT
@@ -495,7 +495,7 @@ class PmemModel(ClockCount, Reset):
         self._t_first = None      # time of the first rising edge (bandwidth edge numbers)
 
         bus = AxiBus.from_prefix(dut, prefix)
-        _drive_outside_inputs(dut, prefix, bus)
+        _drive_outside_inputs(dut, bus)
         self.width = len(bus.read.r.rdata)
         self.byte_lanes = self.width // 8
         self.strb_mask = (1 << self.byte_lanes) - 1

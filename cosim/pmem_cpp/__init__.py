@@ -281,7 +281,7 @@ class CppPmemModel(ClockCount):
         lib.tcxl_pmem_set_bandwidth(rs.num, rs.den, ws.num, ws.den)
         self.read_bandwidth, self.write_bandwidth = rs.bandwidth, ws.bandwidth
         lib.tcxl_pmem_attach(self.byte_lanes, read_latency, write_latency, int(log_writes))
-        getattr(dut, SELECT_PORT).value = 1   # the model, not the top's ext_ inputs, drives the port
+        getattr(dut, SELECT_PORT).value = 1   # the model drives the port, not the ext_ inputs
         self.r = _Channel(self, "busy_r")
         self.b = _Channel(self, "busy_b")
         cocotb.start_soon(self._measure_clock())

@@ -28,7 +28,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-__all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "EXT_PREFIX", "pmem_top", "cpmem_top_name"]
+__all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "EXT_PREFIX", "pmem_top",
+           "cpmem_top_name"]
 
 CPP_SOURCE = Path(__file__).resolve().parent / "pmem_dpi.cpp"
 PMEM_MODULE = "trainingcxl_pmem_dpi"

@@ -11,8 +11,9 @@ Pytest launcher (end of file): DCOH cosim tier: the DCOH test top under Verilato
 Two configurations, one Verilator build each: the default DCOH (64 x 4 snoop filter, 8
 BITags) for directed tests and the random stress, and a small one (2 x 2 snoop filter, 2
 BITags) where every third request needs a victim and the tracker fills, with a 128-bit media
-port (the fpga-ecp5 width, a line is a 4-beat burst) on which the poison tests run again. Sizes are smoke sizes
-(``DcohParams.messages`` host messages per random test); ``trainingcxl stress`` runs long.
+port (the fpga-ecp5 width, a line is a 4-beat burst) on which the poison tests run again.
+Sizes are smoke sizes (``DcohParams.messages`` host messages per random test);
+``trainingcxl stress`` runs long.
 """
 from dataclasses import dataclass
 

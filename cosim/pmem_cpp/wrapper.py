@@ -202,11 +202,12 @@ def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "
     ports = _ports(verilog_text, top)
     by_name = {n: (d, w) for d, n, w in ports}
     media = {f"{prefix}_{n}": n for n, _ in _MEDIA}
+    direction = dict(_MEDIA)
     missing = [s for s in media if s not in by_name]
     if missing:
         raise ValueError(f"{top} lacks media port signals {missing}")
     for sig, n in media.items():
-        want = dict(_MEDIA)[n]
+        want = direction[n]
         got = "out" if by_name[sig][0] == "output" else "in"
         if got != want:
             raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the PMEM needs it {want}put")
@@ -219,7 +220,7 @@ def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "
     def rng(n):
         return f"[{n - 1}:0] " if n > 1 else ""
 
-    slave = [s for s, n in media.items() if dict(_MEDIA)[n] == "in"]   # the PMEM drives these
+    slave = [s for s, n in media.items() if direction[n] == "in"]   # the PMEM drives these
     ext = {s: f"{EXT_PREFIX}{s}" for s in slave}
     cpp = {s: f"cpp_{s}" for s in slave}
     names = [n for _, n, _ in outer] + list(ext.values()) + [SELECT_PORT]

@@ -231,10 +231,8 @@ def _verilog(src_root: Path, config: str, out: Path) -> tuple[str, list[dict]]:
 
 def _build(verilog: str, cpp: str, opts: str, root: Path) -> Path:
     from cosim.build import OPT_FAST, VERILATOR_ARGS, verilator_env
-    verilator_env()
     opt_fast = OPT_FAST_SETS.get(opts, OPT_FAST)
-    # MAKEFLAGS (set by verilator_env) carries OPT_FAST; a later definition wins
-    os.environ["MAKEFLAGS"] += " OPT_FAST=" + "\\ ".join(opt_fast)
+    verilator_env(opt_fast)
     args = tuple(VERILATOR_ARGS) + OPTION_SETS[opts]
     key = hashlib.sha256("\0".join((verilog, repr(args), repr(opt_fast), cpp)).encode()
                          ).hexdigest()[:16]

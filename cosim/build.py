@@ -335,10 +335,12 @@ def _hw_source_digest() -> str:
 def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
     """Simulation Verilog of ``hw.top.TrainingCXLDevice(cfg)``, cached on disk.
 
-    Elaborating and converting the whole device takes about 15 s, and many benches and tests
-    need the same configuration. The cache key is the sha256 of every source file under hw/,
-    ``cfg.to_json()``, ``name`` and the Amaranth version, so any change to the RTL or its
-    configuration regenerates (``<cache_dir()>/verilog-cache/<key>.v``; written atomically)."""
+    Elaborating and converting the whole device takes 25-40 s here (the default configuration
+    the most), and many benches and tests need the same configuration. The cache key is the
+    sha256 of every source file under hw/, ``cfg.to_json()``, ``name`` and the Amaranth
+    version, so any change to the RTL or its configuration regenerates
+    (``<cache_dir()>/verilog-cache/<key>.v``; written atomically, under a file lock so parallel
+    workers asking for one configuration elaborate it once)."""
     import amaranth
     h = hashlib.sha256()
     # the mutant list's digest only when one is set, so plain keys stay what they were
@@ -348,9 +350,14 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
     path = cache_dir() / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
     if path.is_file():
         return path.read_text()
-    from hw.top import TrainingCXLDevice
-    text = generate_verilog(TrainingCXLDevice(cfg), name=name)
-    _write_atomic(path, text)
+    from filelock import FileLock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):      # parallel workers elaborate a configuration once
+        if path.is_file():
+            return path.read_text()
+        from hw.top import TrainingCXLDevice
+        text = generate_verilog(TrainingCXLDevice(cfg), name=name)
+        _write_atomic(path, text)
     return text
 
 
@@ -479,6 +486,10 @@ _RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_th
 
 
 def _runtime_objects_dir(args, waves, coverage) -> Path:
+    """Where a flavour's run-time objects are kept. Warning switches (``-Wno-*``, such as the
+    mutant builds' waivers) only change what Verilator reports, never the C++ it compiles, so
+    they are not part of the flavour."""
+    args = tuple(a for a in args if not a.startswith("-Wno-"))
     h = hashlib.sha256("\0".join((f"scheme={_BUILD_SCHEME}", _tool_versions(), repr(args),
                                   f"waves={waves}", f"coverage={coverage}")).encode())
     return cache_dir() / "verilator-runtime" / h.hexdigest()[:20]

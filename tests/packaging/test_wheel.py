@@ -3,7 +3,9 @@
 A copy of the project's sources is built into a wheel offline (``pip wheel --no-deps
 --no-build-isolation --no-index``, setuptools from this environment), the wheel is installed
 into a fresh virtual environment, and ``trainingcxl verilog`` and a two-batch ``trainingcxl
-train`` run from an unrelated temporary directory.
+train`` run from an unrelated temporary directory. The Verilog's ports manifest must match its
+module header (the check of ``hw.gen``'s output lives here rather than in tests/unit, so the
+default device is elaborated once for both).
 
 The fresh environment is created ``--without-pip`` and is not given the system or this
 environment's site directory: it gets a ``.pth`` line naming this environment's site-packages,
@@ -23,6 +25,7 @@ installed command.
 """
 import json
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -97,7 +100,8 @@ def test_wheel_install_runs_verilog_and_train(installed, tmp_path):
     r = _run([script, "verilog", "--out", "v"], cwd=work, env=env, timeout=600)
     text = (work / "v" / "trainingcxl_device.v").read_text()
     assert "module trainingcxl_device" in text, r.stdout
-    assert json.loads((work / "v" / "trainingcxl_device.ports.json").read_text())["ports"]
+    _check_ports_manifest(text, json.loads((work / "v" / "trainingcxl_device.ports.json")
+                                           .read_text()))
 
     r = _run([script, "train", "--batches", "2", "--crashes", "0", "--eval-batches", "1",
               "--mlp-cycles", "50", "--quiet", "--out", "report"], cwd=work, env=env,
@@ -107,3 +111,17 @@ def test_wheel_install_runs_verilog_and_train(installed, tmp_path):
     assert (work / "report" / "report.md").stat().st_size > 0
     # run directories and reports landed under the working directory, not in the source tree
     assert not (fresh_site / "build").exists()
+
+
+def _check_ports_manifest(text, man):
+    """The manifest of ``trainingcxl verilog`` (hw.gen) describes the default configuration,
+    and every port it lists appears in the module header with its width and direction."""
+    assert man["top"] == "trainingcxl_device" and man["config"]["media_data_bits"] == 512
+    header = text[text.index("module trainingcxl_device"):]
+    header = header[:header.index(");")]
+    for p in man["ports"]:
+        d = "input" if p["dir"] == "in" else "output"
+        w = "" if p["width"] == 1 else rf"\[{p['width'] - 1}:0\] "
+        assert re.search(rf"{d} (wire )?{w}{re.escape(p['name'])}\b", text), p
+    assert {p["name"] for p in man["ports"]} >= {"clk", "rst", "s_axil__awaddr", "irq",
+                                                "m2s_req__valid", "m_axi__rdata"}

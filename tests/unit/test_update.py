@@ -391,7 +391,6 @@ def random_bags(rng, n_bags, pool, max_len=6):
 
 # ---- tests -----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("seed", [51, 52])
 def test_update_random_commands_match_reference(seed):
     """Commands at dims 16..128 with random bags (empty ones too), rows drawn from small pools
     (repeats inside and across bags: same-row hazards), lr including 0 and 0.5 (rounding ties),
@@ -555,7 +554,6 @@ def test_update_ensure_protocol_and_log_full(seed):
     simulate(b.dut, [tb], b.background(), max_cycles=20000, name=f"update_ensure_{seed}")
 
 
-@pytest.mark.parametrize("seed", [55, 56])
 def test_update_query_port(seed):
     """``q_row``/``q_busy`` (the undo logger's wait before re-logging a row): the behavioural
     logger holds every answer until ``q_busy`` of the ensure's row is 0 and then requires that
@@ -662,28 +660,29 @@ def run_throughput(rows, cfg, name, dim=16):
 
 def test_update_throughput_distinct_rows():
     """Write-port utilization between the first and the last write (a deterministic property of
-    the pipeline: fixed latency 64, no stalls), ``upd_rows`` 256: 512 sequential rows,
-    512 distinct random rows of 2^20 and 128 distinct random rows at dim 64 keep the write port
-    >= 93 % busy (target 0.9; measured 0.957, 0.957, 0.992) without waiting or forwarding (the
-    exact tracker has no false sharing). A Zipf-like mix with true repeats: repeats in flight
-    are forwarded, not re-read (printed, loosely bounded). With ``upd_rows`` 32 (fewer entries
+    the pipeline: fixed latency 64, no stalls), ``upd_rows`` 256: 512 sequential rows and 512
+    distinct random rows of 2^20 (twice the tracker's entries, so entries are recycled while
+    the pipeline is full) and 64 distinct random rows at dim 64 keep the write port >= 93 %
+    busy (target 0.9; measured 0.957, 0.957, 1.0) without waiting or forwarding (the exact
+    tracker has no false sharing). A Zipf-like mix with true repeats: repeats in flight are
+    forwarded, not re-read (printed, loosely bounded). With ``upd_rows`` 32 (fewer entries
     than the ~130-cycle round trip) distinct rows wait on a full tracker: utilization about
     32 / 130, the result still exact."""
     cfg = DeviceConfig(max_reads=128, max_writes=128, upd_rows=256)
     runs = [(list(range(512)), 16, "sequential rows"),
             (make_rng(58).sample(range(1 << 20), 512), 16, "distinct random rows of 2^20"),
-            (make_rng(60).sample(range(1 << 20), 128), 64, "distinct random rows of 2^20")]
+            (make_rng(60).sample(range(1 << 20), 64), 64, "distinct random rows of 2^20")]
     for rows, dim, name in runs:
         _, _, steady, stalls, fwd = run_throughput(rows, cfg, name, dim=dim)
         assert stalls == 0 and fwd == 0 and steady >= 0.93, (name, steady, stalls, fwd)
-    # Zipf-like: 512 draws from 4096 random rows with weight 1 / rank^1.1 (seed 59)
+    # Zipf-like: 256 draws from 4096 random rows with weight 1 / rank^1.1 (seed 59)
     zr = make_rng(59)
     pool = zr.sample(range(1 << 20), 4096)
-    rows = zr.choices(pool, weights=[1 / (i + 1) ** 1.1 for i in range(len(pool))], k=512)
+    rows = zr.choices(pool, weights=[1 / (i + 1) ** 1.1 for i in range(len(pool))], k=256)
     _, _, steady, stalls, fwd = run_throughput(rows, cfg, f"Zipf-like ({len(set(rows))} distinct)")
     assert fwd > 0 and stalls == 0 and steady >= 0.8, ("seed 59", steady, stalls, fwd)
     small = cfg.with_(upd_rows=32)
-    rows = make_rng(58).sample(range(1 << 20), 256)
+    rows = make_rng(58).sample(range(1 << 20), 128)
     _, _, steady, stalls, _ = run_throughput(rows, small, "distinct random rows, upd_rows 32")
     assert stalls > 0 and 0.1 < steady < 0.5, (steady, stalls, "seed 58")
 

@@ -201,7 +201,6 @@ def test_relog_sensitivity_without_query():
         "seed=720: stale record not reproduced without the query (bench too weak)"
 
 
-@pytest.mark.parametrize("seed", [731, 732, 733])
 def test_random_repeats_small_sets(seed):
     """Random bags over few rows, random latency 1..25 and request stalls, a 4 x 1 logged set
     (rows beyond 4 distinct sets re-logged at each meeting): the image against the model."""

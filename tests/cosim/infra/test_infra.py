@@ -688,20 +688,23 @@ def test_coverage_build_writes_counters(seed, tmp_path):
         is None
 
 
-def test_runtime_objects_compiled_once_per_flavour(seed, tmp_path, monkeypatch):
-    """Verilator's run-time library is compiled by the first build of a flavour only: in a fresh
-    cache, the second of two designs compiles none of it (its make log names no
-    ``verilated*.cpp``), the first does, and the second's simulator passes its bench (the
-    accumulator of tests/cosim/mutate against its Python model)."""
+def test_runtime_objects_compiled_once_per_flavour(seed, tmp_path):
+    """Verilator's run-time library is compiled by the first build of a flavour only: once the
+    64-bit passthrough (this module's smallest build) exists, a build of another design in
+    the same flavour compiles none of it (its make log names no ``verilated*.cpp``), also
+    with extra warning switches (the mutant builds' waivers, which change no C++), its copies
+    are the flavour's kept objects, and its simulator passes its bench (the accumulator of
+    tests/cosim/mutate against its Python model). In the shared cache, as every build uses it."""
     from tests.cosim.mutate.test_mutate_hw import Accumulator
-    monkeypatch.setenv("TRAININGCXL_CACHE_DIR", str(tmp_path / "cache"))
-    first = cb.build(cb.generate_verilog(Accumulator(), name="acc_first"), top="acc_first")
-    second = cb.build(cb.generate_verilog(Accumulator(), name="acc_second"), top="acc_second")
-    compiled = [sorted(set(re.findall(r"include/(verilated\w*)\.cpp",
-                                      (b.build_dir / "build.log").read_text())))
-                for b in (first, second)]
-    assert compiled[0] == ["verilated", "verilated_dpi", "verilated_threads", "verilated_vpi"]
-    assert compiled[1] == [], compiled[1]
+    first = passthrough_build(64)
+    kept = cb._runtime_objects_dir(cb.VERILATOR_ARGS, first.waves, first.coverage)
+    assert sorted(p.name for p in kept.glob("*.o")) == \
+        ["verilated.o", "verilated_dpi.o", "verilated_threads.o", "verilated_vpi.o"]
+    second = cb.build(cb.generate_verilog(Accumulator(), name="acc_second"), top="acc_second",
+                      extra_args=cb.MUTANT_WAIVERS)
+    assert cb._runtime_objects_dir(cb.VERILATOR_ARGS + cb.MUTANT_WAIVERS, False, False) == kept
+    log = (second.build_dir / "build.log").read_text()
+    assert re.findall(r"include/(verilated\w*)\.cpp", log) == [], log[-2000:]
     res = cb.run(second, "tests.cosim.mutate.test_mutate_hw", seed=seed, test_dir=tmp_path / "r")
     assert res.n_ran == 1 and res.n_failed == 0
 

@@ -584,41 +584,41 @@ def test_update_query_port(seed):
     assert b.query_waits > 0, f"seed {seed}: q_busy never held an answer (weak stimulus)"
 
 
-@pytest.mark.parametrize("where", ["row", "grad", "write", "indices"])
-def test_update_media_error_stops_writes(where):
-    """A media error (row read, gradient read, write response, index read): MEDIA, no line
-    written after it was seen (the written lines are a prefix of the reference's), a row line
-    read with ``err`` never written back, nothing in flight at the completion; the next command
-    runs normally."""
-    rng = make_rng(56 + len(where))
+def test_update_media_error_stops_writes():
+    """A media error at each place in turn (row read, gradient read, write response, index
+    read), in one simulation: MEDIA, no line written after it was seen (the written lines are a
+    prefix of the reference's), a row line read with ``err`` never written back, nothing in
+    flight at the completion; the next command runs normally."""
+    rng = make_rng(60)
     b = Bench(rng, lat=(4, 16))
 
     async def tb(ctx):
-        bags = [[rng.randrange(30) for _ in range(4)] for _ in range(8)]
-        cmd = setup(b, rng, dim=32, bags=bags, table_rows=30, lr=1 << 24)
-        tl = cmd["table_base"] >> 6
-        if where == "row":
-            bad = tl + bags[4][1] * 2 + 1
-            b.rd_err_lines.add(bad)
-        elif where == "grad":
-            b.rd_err_lines.add((cmd["grads_addr"] >> 6) + 3 * 2)
-        elif where == "write":
-            b.wr_err_lines.add(tl + bags[2][0] * 2)
-        else:
-            first = b.peek32(cmd["offsets_addr"])
-            b.rd_err_lines.add((cmd["indices_addr"] + 4 * (first + 20)) >> 6)
-        cpl, ref, init = await b.run(ctx, cmd)
-        got = b.check(cpl, ref, init, f"media {where}", media=True)
-        if where == "row":
-            assert all(line != bad for line, _ in b.writes)
-        b.rd_err_lines.clear()
-        b.wr_err_lines.clear()
-        cmd = setup(b, rng, dim=16, bags=bags, table_rows=30, lr=3 << 22)
-        cpl, ref, init = await b.run(ctx, cmd)
-        b.check(cpl, ref, init, "after media")
-        print(f"media {where}: {got}")
+        for where in ("row", "grad", "write", "indices"):
+            bags = [[rng.randrange(30) for _ in range(4)] for _ in range(8)]
+            cmd = setup(b, rng, dim=32, bags=bags, table_rows=30, lr=1 << 24)
+            tl = cmd["table_base"] >> 6
+            if where == "row":
+                bad = tl + bags[4][1] * 2 + 1
+                b.rd_err_lines.add(bad)
+            elif where == "grad":
+                b.rd_err_lines.add((cmd["grads_addr"] >> 6) + 3 * 2)
+            elif where == "write":
+                b.wr_err_lines.add(tl + bags[2][0] * 2)
+            else:
+                first = b.peek32(cmd["offsets_addr"])
+                b.rd_err_lines.add((cmd["indices_addr"] + 4 * (first + 20)) >> 6)
+            cpl, ref, init = await b.run(ctx, cmd)
+            got = b.check(cpl, ref, init, f"media {where}", media=True)
+            if where == "row":
+                assert all(line != bad for line, _ in b.writes)
+            b.rd_err_lines.clear()
+            b.wr_err_lines.clear()
+            cmd = setup(b, rng, dim=16, bags=bags, table_rows=30, lr=3 << 22)
+            cpl, ref, init = await b.run(ctx, cmd)
+            b.check(cpl, ref, init, f"after media {where}")
+            print(f"media {where}: {got}")
 
-    simulate(b.dut, [tb], b.background(), max_cycles=20000, name=f"update_media_{where}")
+    simulate(b.dut, [tb], b.background(), max_cycles=80000, name="update_media_errors")
 
 
 def run_throughput(rows, cfg, name, dim=16):

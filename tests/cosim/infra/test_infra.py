@@ -655,6 +655,16 @@ def test_failing_cocotb_test_raises(seed, tmp_path):
                seed=seed, params=InfraParams(fail=True), test_dir=tmp_path)
 
 
+def test_build_fails_on_a_lint_warning():
+    """Every Verilator build is also a lint run with the same three waivers as
+    tests/unit/test_lint.py (warnings are fatal): a design with an always-false unsigned
+    compare is refused before any C++ is compiled, naming the warning."""
+    v = ("module bad(input clk, input rst, input [3:0] a, output y); assign y = a < 4'd0;\n"
+         "endmodule\n")
+    with pytest.raises(cb.CosimError, match="UNSIGNED"):
+        cb.build(v, top="bad")
+
+
 def test_warning_in_simulator_is_an_error(seed, tmp_path):
     """Warnings are errors inside the simulator's Python too (PYTHONWARNINGS from cosim.build)."""
     with pytest.raises(cb.CosimError):

@@ -6,7 +6,7 @@ it when its B response returns (one of each per cycle). ``q[i].line`` → ``q[i]
 (combinational) says a write to a line with the same hash may be in flight; a read waits for
 ``busy`` low so it cannot pass such a write in the media controller.
 """
-from amaranth.hdl import Module, Signal, Cat
+from amaranth.hdl import Module, Signal
 from amaranth.lib.memory import Memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out

@@ -37,7 +37,7 @@ is taken. When every payload write is acknowledged the header line (``SNAP_MAGIC
 length) is written with all byte enables; after its acknowledgement the superblock word; after
 that one the state changes as above. About one payload line per cycle when the port allows.
 """
-from amaranth.hdl import C, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 

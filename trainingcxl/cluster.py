@@ -28,6 +28,7 @@ The command-line side is :func:`add_arguments` / :func:`check_arguments`, shared
 """
 from __future__ import annotations
 
+import gc
 import json
 import shutil
 import sys
@@ -284,7 +285,7 @@ def _connect(workers: int | None, scheduler: str | None, timeout: float):
 
     from distributed import Client, LocalCluster
 
-    cluster = None
+    cluster, failure = None, None
     try:
         if workers is not None:
             # no dashboard; the scheduler's HTTP endpoints (health, metrics) on a free port, so
@@ -301,20 +302,26 @@ def _connect(workers: int | None, scheduler: str | None, timeout: float):
         # OSError/TimeoutError: nobody answered at the address; RuntimeError: the local
         # cluster's processes did not start (for example a script without an
         # ``if __name__ == "__main__":`` guard, which spawned workers re-run)
-        if cluster is not None:
-            cluster.close()
         if scheduler is not None:
-            raise ClusterError(f"could not reach the Dask scheduler at {scheduler!r} within "
-                               f"{timeout:g} s ({type(e).__name__}: {e})") from None
-        raise ClusterError(f"could not start a local cluster of {workers} workers "
-                           f"({type(e).__name__}: {e})") from None
+            failure = (f"could not reach the Dask scheduler at {scheduler!r} within "
+                       f"{timeout:g} s ({type(e).__name__}: {e})")
+        else:
+            failure = (f"could not start a local cluster of {workers} workers "
+                       f"({type(e).__name__}: {e})")
     except Exception as e:  # noqa: BLE001 - something answered, but not a Dask scheduler
+        where = f"at {scheduler!r}" if scheduler is not None else "of the local cluster"
+        failure = (f"the Dask handshake with the scheduler {where} failed "
+                   f"({type(e).__name__}: {str(e)[:300]}); is it a Dask scheduler's "
+                   "address (tcp://host:8786)?")
+    if failure is not None:
         if cluster is not None:
             cluster.close()
-        where = f"at {scheduler!r}" if scheduler is not None else "of the local cluster"
-        raise ClusterError(f"the Dask handshake with the scheduler {where} failed "
-                           f"({type(e).__name__}: {str(e)[:300]}); is it a Dask scheduler's "
-                           "address (tcp://host:8786)?") from None
+        # The half-built Client is now garbage in a reference cycle. Its finalizer closes its
+        # event-loop runner under the lock that the next Client's start holds, so collected at
+        # an arbitrary point (inside that next Client(...)) it deadlocks the process: a test
+        # run hung there for 15 minutes. Collect it here, where no such lock is held.
+        gc.collect()
+        raise ClusterError(failure)
     try:
         yield client, what
     finally:

@@ -4,6 +4,7 @@ map, a worker killed mid-campaign has its task re-run, bad options and an unreac
 give clear errors (exit 2), and the serial path never imports ``distributed``."""
 import contextlib
 import functools
+import gc
 import random
 import socket
 import subprocess
@@ -96,6 +97,25 @@ def test_an_address_that_is_not_a_scheduler_is_a_clear_error(seed):
     finally:
         srv.close()
     assert time.monotonic() - t0 < 30
+
+
+def test_a_failed_connection_leaves_no_client_to_finalize_later():
+    """A Client that failed to connect is finalized before the error is raised, not left as
+    cyclic garbage: its finalizer takes distributed's loop-runner lock, so run by an automatic
+    collection inside the next Client's start it deadlocked that one (a make test run hung in
+    the next test for 15 minutes). Automatic collection is off here, so only the executor's own
+    collection can have finalized it."""
+    import distributed
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(ClusterError, match="could not reach"):
+            with open_executor(scheduler="tcp://127.0.0.1:9", timeout=1):
+                pass
+        left = sum(isinstance(o, distributed.Client) for o in gc.get_objects())
+    finally:
+        gc.enable()
+    assert left == 0
 
 
 def test_unreachable_scheduler_exits_2_from_the_command_line(capsys, tmp_path):

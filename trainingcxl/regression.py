@@ -14,6 +14,10 @@ least one passed cosim test *and* the results files of the simulator runs to sho
 cocotb test executed and passed, so a broken import, a skip, an empty selection or a cosim tier
 of pure-Python tests cannot pass. Exit status: pytest's, or 1 when a check fails.
 
+The whole suite also starts the default device's Verilator build (the one most cosim tests share)
+in a low-priority background process, so it uses the cores the workers leave idle instead of
+holding up the first test that needs it (:func:`_start_prebuild`).
+
 The default seed changes with every commit, so randomized stimulus is not one fixed sequence
 forever; the seed is printed first, and ``--seed S`` (``make test SEED=S``) reproduces a run.
 """
@@ -29,6 +33,11 @@ from trainingcxl import check_junit
 JUNIT = Path("build/test-results.xml")
 LEDGER = Path("build/cocotb-runs.jsonl")
 FALLBACK_SEED = 1
+# The build most of the cosim tier shares (about 40 s of elaboration and 70 s of make -j2 cold)
+PREBUILD = ("from cosim import build as cb; from hw.config import DeviceConfig; "
+            "print(cb.device_build(DeviceConfig()).build_dir)")
+PREBUILD_LOG = Path("build/prebuild.log")
+PREBUILD_NICE = 10
 
 
 def commit_seed(where: Path | None = None) -> tuple[int, str]:
@@ -44,6 +53,22 @@ def commit_seed(where: Path | None = None) -> tuple[int, str]:
     if r.returncode != 0 or len(sha) < 8:
         return FALLBACK_SEED, "not a git checkout"
     return int(sha[:8], 16) % 1_000_000 or 1, f"commit {sha[:10]}"
+
+
+def _start_prebuild() -> subprocess.Popen:
+    """Start the default device's simulator build (:data:`PREBUILD`) at low priority beside the
+    test workers. It only gets the cores when the workers leave them idle (pytest's collection,
+    a worker waiting for a build another holds), and a worker that needs the build before it is
+    done waits on the build's lock, which frees its core for it. A failure here fails nothing by
+    itself: the tests that need the build make it again and report the error
+    (:data:`PREBUILD_LOG` keeps this attempt's output)."""
+    PREBUILD_LOG.parent.mkdir(parents=True, exist_ok=True)
+    print(f"trainingcxl test: building the default device's simulator in the background "
+          f"(nice {PREBUILD_NICE}; log {PREBUILD_LOG})", flush=True)
+    with PREBUILD_LOG.open("w") as log:
+        return subprocess.Popen([sys.executable, "-c", PREBUILD], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                preexec_fn=lambda: os.nice(PREBUILD_NICE))
 
 
 def main(argv=None) -> int:
@@ -65,11 +90,17 @@ def main(argv=None) -> int:
     JUNIT.parent.mkdir(parents=True, exist_ok=True)
     LEDGER.unlink(missing_ok=True)
     env = {**os.environ, "TRAININGCXL_RUN_LEDGER": str(LEDGER.resolve())}
-    rc = subprocess.call([sys.executable, "-m", "pytest",
-                          *(argv or ["tests", "-n", jobs, "--dist", "loadfile",
-                                     "--ignore", "tests/cosim/pmem_cpp"]),
-                          *(["--seed", str(seed)] if seed is not None else []),
-                          f"--junitxml={JUNIT}"], env=env)
+    prebuild = None if argv else _start_prebuild()
+    try:
+        rc = subprocess.call([sys.executable, "-m", "pytest",
+                              *(argv or ["tests", "-n", jobs, "--dist", "loadfile",
+                                         "--ignore", "tests/cosim/pmem_cpp"]),
+                              *(["--seed", str(seed)] if seed is not None else []),
+                              f"--junitxml={JUNIT}"], env=env)
+    finally:
+        if prebuild is not None and prebuild.poll() is None:
+            prebuild.terminate()
+            prebuild.wait()
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc
     return check_junit.main([str(JUNIT), "--require", "tests.cosim", "--runs", str(LEDGER)])

@@ -24,6 +24,7 @@ forever; the seed is printed first, and ``--seed S`` (``make test SEED=S``) repr
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +69,7 @@ def _start_prebuild() -> subprocess.Popen:
     with PREBUILD_LOG.open("w") as log:
         return subprocess.Popen([sys.executable, "-c", PREBUILD], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True,
                                 preexec_fn=lambda: os.nice(PREBUILD_NICE))
 
 
@@ -99,7 +101,7 @@ def main(argv=None) -> int:
                               f"--junitxml={JUNIT}"], env=env)
     finally:
         if prebuild is not None and prebuild.poll() is None:
-            prebuild.terminate()
+            os.killpg(prebuild.pid, signal.SIGTERM)   # with its make and compiler processes
             prebuild.wait()
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc

@@ -160,7 +160,7 @@ public_flat_rw -module "{top}" -var "*"
 """
 
 # Bump when the way a build directory is produced changes, to invalidate old caches.
-_BUILD_SCHEME = 4
+_BUILD_SCHEME = 5
 _DONE_MARKER = "BUILD_OK"
 
 

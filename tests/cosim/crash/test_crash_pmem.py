@@ -22,11 +22,12 @@ def _points(path):
 @pytest.mark.cosim
 def test_cpp_pmem_campaign_equals_python(seed, tmp_path):
     cfg = DeviceConfig()
+    b = cb.device_build(cfg)                           # one build carries both models
     reps = {}
     for pmem in ("python", "cpp"):
         reps[pmem] = run_campaign(points=f"random:{N_POINTS}", seed=seed, cfg=cfg,
-                                  progress=False, build=cb.device_build(cfg),
-                                  chunk=3, pmem=pmem, out=tmp_path / pmem)
+                                  progress=False, build=b, chunk=3, pmem=pmem,
+                                  out=tmp_path / pmem)
     py, cpp = reps["python"], reps["cpp"]
     assert py["ok"] and py["tried"] == N_POINTS, (seed, py)
     # the points must have cut writes in flight, or equal images would prove little

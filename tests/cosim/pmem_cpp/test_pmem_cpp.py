@@ -160,17 +160,18 @@ def runs(tmp_path_factory, request):
     seed = 1 if seed is None else seed
     print(f"seed={seed}")
     cfg = DeviceConfig()
+    t0 = time.monotonic()
+    b = cb.device_build(cfg)                           # one build carries both models
+    print(f"build {time.monotonic() - t0:.1f} s")
     out = {}
     for kind in PMEM_MODELS:
-        t0 = time.monotonic()
-        b = cb.device_build(cfg)
         t1 = time.monotonic()
         d = tmp_path_factory.mktemp(f"pmem-{kind}")
         trace = d / "rtl.jsonl"
         res = cb.run(b, __name__, seed=seed, test_dir=d,
                      params=BenchConfig(cfg, trace=str(trace), pmem=kind))
         assert res.n_ran == 1 and res.n_failed == 0, (res, seed)
-        print(f"{kind}: build {t1 - t0:.1f} s, run {time.monotonic() - t1:.1f} s")
+        print(f"{kind}: run {time.monotonic() - t1:.1f} s")
         out[kind] = (trace, json.loads((d / "pmem_report.json").read_text()))
     return out
 
@@ -211,11 +212,12 @@ def test_cpp_pmem_media_faults_equal_python(tmp_path, request):
     seed = request.config.getoption("--seed")
     seed = 1 if seed is None else seed
     cfg = DeviceConfig()
+    b = cb.device_build(cfg)
     traces = {}
     for kind in PMEM_MODELS:
         d = tmp_path / kind
         traces[kind] = d / "rtl.jsonl"
-        res = cb.run(cb.device_build(cfg), "tests.cosim.media.test_media", seed=seed,
+        res = cb.run(b, "tests.cosim.media.test_media", seed=seed,
                      test_filter=MEDIA_TESTS, test_dir=d,
                      params=BenchConfig(cfg, trace=str(traces[kind]), pmem=kind))
         assert res.n_ran == N_MEDIA_TESTS and res.n_failed == 0, (res, seed)

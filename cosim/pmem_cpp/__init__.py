@@ -34,6 +34,7 @@ from cocotb.triggers import ReadOnly, RisingEdge, Timer
 from cosim.media import BandwidthServer
 from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
 from cosim.pmem_cpp.wrapper import SELECT_PORT
+from cosim.tb.config import PMEM_MODELS
 from sw_model.memory import LINE, MemoryImage
 
 __all__ = ["CppPmemModel", "CppMemory", "protocol_error", "cpp_available", "pmem_model",
@@ -474,9 +475,6 @@ class CppPmemModel(ClockCount):
         except BaseException as e:        # an exception cannot cross the C++ frames
             self._fault_error = e
             raise
-
-
-PMEM_MODELS = ("python", "cpp")
 
 
 def pmem_model(kind: str, dut, **kw):

@@ -12,7 +12,10 @@ from dataclasses import dataclass
 from cosim import params
 from hw.config import DeviceConfig
 
-__all__ = ["BenchConfig", "bench_config"]
+__all__ = ["BenchConfig", "bench_config", "PMEM_MODELS"]
+
+# the PMEM models a device build can run on its media port (BenchConfig.pmem)
+PMEM_MODELS = ("python", "cpp")
 
 
 @dataclass(frozen=True)

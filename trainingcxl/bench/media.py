@@ -39,10 +39,11 @@ def run_once(name: str, opts: list, batches: int, pmem: str, out: Path, seed: in
 
 
 def main(argv=None) -> int:
+    from cosim.tb.config import PMEM_MODELS
     ap = argparse.ArgumentParser(prog="python -m trainingcxl.bench.media",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, default=20)
-    ap.add_argument("--pmem", choices=("python", "cpp"), default="cpp")
+    ap.add_argument("--pmem", choices=PMEM_MODELS, default="cpp")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("build/bench"))
     a = ap.parse_args(argv)

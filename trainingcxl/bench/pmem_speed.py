@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-MODELS = ("python", "cpp")
+from cosim.tb.config import PMEM_MODELS
 
 
 def run_once(model: str, batches: int, out: Path, seed: int) -> dict:
@@ -41,7 +41,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for r in range(a.repeats):
-        for m in MODELS:
+        for m in PMEM_MODELS:
             row = run_once(m, a.batches, a.out, a.seed)
             row["repeat"] = r
             rows.append(row)
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
         print(f"cycle counts differ between runs: {sorted(cycles)}", file=sys.stderr)
         return 1
     print("\n| PMEM model | cycles | wall s (each run) | cycles/s (each run) |\n|---|---|---|---|")
-    for m in MODELS:
+    for m in PMEM_MODELS:
         mine = [row for row in rows if row["model"] == m]
         print(f"| {m} | {mine[0]['cycles']} | {', '.join(str(x['wall_s']) for x in mine)} | "
               f"{', '.join(str(x['cycles_per_s']) for x in mine)} |")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosim import build as cb
+from cosim.tb.config import PMEM_MODELS
 from trainingcxl import cluster
 
 __all__ = ["main", "run_campaign", "run_part", "plan_parts", "merge_parts", "summarize",
@@ -45,10 +46,9 @@ DEFAULT_TASK_POINTS = 100
 # report fields that measure wall-clock time: the only ones in which a campaign on a cluster
 # may differ from the serial campaign of the same points
 WALL_CLOCK_FIELDS = ("build_s", "wall_s", "point_wall_s_mean")
-# the PMEM model on the media port: "cpp" (cosim.pmem_cpp, compiled into the simulator; the same
-# build runs either) gives the same images and verdicts as "python" (cosim.pmem) for the same seed and
-# points, in less time (docs/crash.md, "Speed")
-PMEM_MODELS = ("python", "cpp")
+# the PMEM model on the media port (cosim.tb.config.PMEM_MODELS): "cpp" (cosim.pmem_cpp, compiled
+# into the simulator; the same build runs either) gives the same images and verdicts as "python"
+# (cosim.pmem) for the same seed and points, in less time (docs/crash.md, "Speed")
 DEFAULT_PMEM = "cpp"
 # the campaign's workload (cosim.training_workload.make_workload arguments): a SNAPSHOT of
 # 3000 bytes (47 lines, unaligned source) in every batch, lag bound k = 1 (MLP_LAG)
@@ -399,8 +399,8 @@ def main(argv=None) -> int:
                    help="fraction of the points (seeded) whose recovery is cut by a second "
                         f"power failure (default {DEFAULT_NESTED})")
     p.add_argument("--pmem", default=DEFAULT_PMEM, choices=PMEM_MODELS,
-                   help="PMEM model on the media port: cpp (compiled into the simulator, its "
-                        "own build) or python (cosim.pmem); same images and verdicts "
+                   help="PMEM model on the media port: cpp (compiled into the simulator, the "
+                        "same build) or python (cosim.pmem); same images and verdicts "
                         f"(default {DEFAULT_PMEM})")
     p.add_argument("--replay", default="open", choices=["open", "all"],
                    help="after recovery run the open batch C+1 only (default) or every batch "

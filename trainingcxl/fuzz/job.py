@@ -103,6 +103,7 @@ def merge(results: list[dict]) -> dict:
 
 
 def main(argv=None) -> int:
+    from cosim.tb.config import PMEM_MODELS
     ap = argparse.ArgumentParser(prog="trainingcxl fuzz", description=__doc__.split("\n")[0])
     ap.add_argument("--surface", choices=SURFACES, required=True)
     ap.add_argument("--count", type=int, default=200,
@@ -118,9 +119,9 @@ def main(argv=None) -> int:
                     help="simulated microseconds allowed per round before it counts as a hang")
     ap.add_argument("--out", type=Path, default=None,
                     help="report directory (default build/fuzz/<surface>)")
-    ap.add_argument("--pmem", choices=("python", "cpp"), default="python",
+    ap.add_argument("--pmem", choices=PMEM_MODELS, default="python",
                     help="desc/csr: PMEM model on the media port: python (cosim.pmem, with "
-                         "media stalls; default) or cpp (compiled into the simulator, its own "
+                         "media stalls; default) or cpp (compiled into the same simulator "
                          "build, no stalls, faster)")
     ap.add_argument("--profile", action="store_true",
                     help="desc/csr: cProfile statistics of each block's loop, profile.pstats "

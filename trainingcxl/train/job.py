@@ -39,6 +39,7 @@ def crash_schedule(seed: int, batches: int, n: int) -> list[tuple[int, float]]:
 
 
 def _args(argv):
+    from cosim.tb.config import PMEM_MODELS
     from sw_model.dlrm import DLRMConfig
     d = DLRMConfig()
     ap = argparse.ArgumentParser(prog="trainingcxl train",
@@ -86,7 +87,7 @@ def _args(argv):
                     help="record the device's ports every cycle into DIR, for the replay of "
                          "`python -m trainingcxl.bench.verilator_speed --load DIR` "
                          "(about 0.6 kB per cycle)")
-    ap.add_argument("--pmem", choices=("python", "cpp"), default="cpp",
+    ap.add_argument("--pmem", choices=PMEM_MODELS, default="cpp",
                     help="PMEM model: the C++ one compiled into the simulator (default; about "
                          "2x faster) or the Python one (cosim/pmem.py); both give the same "
                          "cycles, images and crash images (docs/crash.md)")

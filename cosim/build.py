@@ -428,9 +428,7 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
     verilator_env()
     waves = waves_requested(waves)
     coverage = coverage_requested(coverage)
-    args = tuple(VERILATOR_ARGS) + tuple(extra_args) + (COVERAGE_ARGS if coverage else ())
-    if MUTANT_MARKER in verilog_text:
-        args += MUTANT_WAIVERS
+    args = _verilator_args(verilog_text, extra_args, coverage)
     cpp = [(Path(p).name, Path(p).read_text()) for p in cpp_sources]
     h = hashlib.sha256()
     for part in (f"scheme={_BUILD_SCHEME}", top, repr(args), f"waves={waves}", _tool_versions(),
@@ -483,6 +481,16 @@ def build(verilog_text: str, *, top: str = "trainingcxl_device", waves: bool = F
 # build of a flavour (tools, arguments, waves, coverage) keeps them; later builds start with
 # copies, which make sees as up to date (newer than their sources and headers, ``*.d``).
 _RUNTIME_OBJECTS = ("verilated", "verilated_vpi", "verilated_dpi", "verilated_threads")
+
+
+def _verilator_args(verilog_text: str, extra_args, coverage: bool) -> tuple:
+    """Verilator's arguments for a build of ``verilog_text``: :data:`VERILATOR_ARGS`, then
+    ``extra_args``, :data:`COVERAGE_ARGS` for a coverage build and :data:`MUTANT_WAIVERS` for a
+    mutant netlist."""
+    args = tuple(VERILATOR_ARGS) + tuple(extra_args) + (COVERAGE_ARGS if coverage else ())
+    if MUTANT_MARKER in verilog_text:
+        args += MUTANT_WAIVERS
+    return args
 
 
 def _runtime_objects_dir(args, waves, coverage) -> Path:

@@ -707,14 +707,14 @@ def test_runtime_objects_compiled_once_per_flavour(seed, tmp_path):
     tests/cosim/mutate against its Python model). In the shared cache, as every build uses it."""
     from tests.cosim.mutate.test_mutate_hw import Accumulator
     first = passthrough_build(64)
-    cov = cb.COVERAGE_ARGS if first.coverage else ()      # as cosim.build.build adds them
-    kept = cb._runtime_objects_dir(cb.VERILATOR_ARGS + cov, first.waves, first.coverage)
+    kept = cb._runtime_objects_dir(cb._verilator_args("", (), first.coverage), first.waves,
+                                   first.coverage)
     assert sorted(p.name for p in kept.glob("*.o")) == \
         ["verilated.o", "verilated_dpi.o", "verilated_threads.o", "verilated_vpi.o"]
     second = cb.build(cb.generate_verilog(Accumulator(), name="acc_second"), top="acc_second",
                       extra_args=cb.MUTANT_WAIVERS)
-    assert cb._runtime_objects_dir(cb.VERILATOR_ARGS + cb.MUTANT_WAIVERS + cov, second.waves,
-                                   second.coverage) == kept
+    assert cb._runtime_objects_dir(cb._verilator_args("", cb.MUTANT_WAIVERS, second.coverage),
+                                   second.waves, second.coverage) == kept
     log = (second.build_dir / "build.log").read_text()
     assert re.findall(r"include/(verilated\w*)\.cpp", log) == [], log[-2000:]
     res = cb.run(second, "tests.cosim.mutate.test_mutate_hw", seed=seed, test_dir=tmp_path / "r")

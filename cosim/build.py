@@ -305,10 +305,21 @@ def _mutant_verilog(component, name: str) -> str | None:
     muts = [(int(i), str(c)) for i, c in entry["mutants"]]
     h = hashlib.sha256(f"mutants\0{key}\0{name}\0{muts!r}\0{mutants.PREPARE!r}".encode())
     path = cache_dir() / "verilog-cache" / f"mutants-{h.hexdigest()[:24]}.v"
+    return _cached_text(path, lambda: mutants.mutant_verilog(rtlil_text, name, muts))
+
+
+def _cached_text(path: Path, make) -> str:
+    """The text cached at ``path``, else ``make()``'s, written there atomically. Under a file
+    lock, so parallel workers asking for the same text make it once."""
     if path.is_file():
         return path.read_text()
-    text = mutants.mutant_verilog(rtlil_text, name, muts)
-    _write_atomic(path, text)
+    from filelock import FileLock
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        if path.is_file():
+            return path.read_text()
+        text = make()
+        _write_atomic(path, text)
     return text
 
 
@@ -348,17 +359,11 @@ def device_verilog(cfg, name: str = "trainingcxl_device") -> str:
                  amaranth.__version__, *filter(None, [_mutants_digest()])):
         h.update(part.encode() + b"\0")
     path = cache_dir() / "verilog-cache" / f"{h.hexdigest()[:24]}.v"
-    if path.is_file():
-        return path.read_text()
-    from filelock import FileLock
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):      # parallel workers elaborate a configuration once
-        if path.is_file():
-            return path.read_text()
+
+    def elaborate():
         from hw.top import TrainingCXLDevice
-        text = generate_verilog(TrainingCXLDevice(cfg), name=name)
-        _write_atomic(path, text)
-    return text
+        return generate_verilog(TrainingCXLDevice(cfg), name=name)
+    return _cached_text(path, elaborate)
 
 
 def is_built(build: Build) -> bool:

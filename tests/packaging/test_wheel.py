@@ -115,13 +115,15 @@ def test_wheel_install_runs_verilog_and_train(installed, tmp_path):
 
 def _check_ports_manifest(text, man):
     """The manifest of ``trainingcxl verilog`` (hw.gen) describes the default configuration,
-    and every port it lists appears in the module header with its width and direction."""
+    and every port it lists is in the module's port list and declared with its width and
+    direction."""
     assert man["top"] == "trainingcxl_device" and man["config"]["media_data_bits"] == 512
     header = text[text.index("module trainingcxl_device"):]
-    header = header[:header.index(");")]
+    header = header[:header.index(");")]           # the port list; declarations follow it
     for p in man["ports"]:
         d = "input" if p["dir"] == "in" else "output"
         w = "" if p["width"] == 1 else rf"\[{p['width'] - 1}:0\] "
+        assert re.search(rf"[(,\s]{re.escape(p['name'])}(?:[,\s]|$)", header), p
         assert re.search(rf"{d} (wire )?{w}{re.escape(p['name'])}\b", text), p
     assert {p["name"] for p in man["ports"]} >= {"clk", "rst", "s_axil__awaddr", "irq",
                                                 "m2s_req__valid", "m_axi__rdata"}

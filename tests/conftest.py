@@ -2,12 +2,16 @@
 checked-out commit, ``trainingcxl.regression.commit_seed``, so stimulus changes across commits
 and the header prints how to reproduce it), ``--waves`` (sets
 ``WAVES=1``) and ``--require-icarus`` (the Icarus cross-check fails instead of skipping when
-``iverilog`` is missing; ``make test-icarus``)."""
+``iverilog`` is missing; ``make test-icarus``).
+
+Test files are collected longest first (times in tests/module_times.json, see
+``trainingcxl.regression``), so ``--dist loadfile`` workers end with short files."""
+import json
 import os
 
 import pytest
 
-from trainingcxl.regression import commit_seed
+from trainingcxl.regression import MODULE_TIMES, commit_seed, file_order
 
 DEFAULT_SEED, SEED_ORIGIN = commit_seed(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,6 +29,13 @@ def pytest_addoption(parser):
 def _seed(config) -> int:
     s = config.getoption("--seed")
     return DEFAULT_SEED if s is None else s
+
+
+@pytest.hookimpl(trylast=True)        # after pytest's own reordering by fixture scope
+def pytest_collection_modifyitems(config, items):
+    times = json.loads(MODULE_TIMES.read_text()) if MODULE_TIMES.is_file() else {}
+    rank = file_order([item.nodeid.split("::")[0] for item in items], times)
+    items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])   # stable: file order kept
 
 
 def pytest_configure(config):

@@ -18,11 +18,18 @@ The whole suite also starts the default device's Verilator build (the one most c
 in a low-priority background process, so it uses the cores the workers leave idle instead of
 holding up the first test that needs it (:func:`_start_prebuild`).
 
+Test files are handed to the workers longest first (``--no-loadscope-reorder``; the order is
+set by ``tests/conftest.py`` from the per-file times in :data:`MODULE_TIMES`), so the last files
+to run are short ones and both workers finish close together. After a whole-suite run the
+measured per-file times are written to build/module-times.json; copying that file over
+:data:`MODULE_TIMES` refreshes the order (a stale or missing entry changes only the order).
+
 The default seed changes with every commit, so randomized stimulus is not one fixed sequence
 forever; the seed is printed first, and ``--seed S`` (``make test SEED=S``) reproduces a run.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -38,6 +45,9 @@ FALLBACK_SEED = 1
 PREBUILD = ("from cosim import build as cb; from hw.config import DeviceConfig; "
             "print(cb.device_build(DeviceConfig()).build_dir)")
 PREBUILD_LOG = Path("build/prebuild.log")
+# seconds per test file of one measured `make test` (module_times); orders the files for the workers
+MODULE_TIMES = Path(__file__).resolve().parents[1] / "tests" / "module_times.json"
+MEASURED_TIMES = Path("build/module-times.json")
 PREBUILD_NICE = 10
 
 
@@ -73,6 +83,27 @@ def _start_prebuild() -> subprocess.Popen:
                                 preexec_fn=lambda: os.nice(PREBUILD_NICE))
 
 
+def module_times(junit: Path) -> dict:
+    """Seconds per test file (setup, call and teardown of its tests) in a pytest JUnit report,
+    keyed like pytest node ids (``tests/unit/test_x.py``)."""
+    import xml.etree.ElementTree as ET
+    times: dict = {}
+    for case in ET.parse(junit).iter("testcase"):
+        path = case.get("classname", "").replace(".", "/") + ".py"
+        times[path] = times.get(path, 0.0) + float(case.get("time") or 0.0)
+    return {k: round(v, 1) for k, v in sorted(times.items())}
+
+
+def file_order(paths, times: dict) -> dict:
+    """Rank of each test file, longest (by ``times``) first; a file without a time counts as
+    the median one, and ties keep the given order."""
+    known = sorted(times.values())
+    median = known[len(known) // 2] if known else 0.0
+    uniq = list(dict.fromkeys(paths))
+    ranked = sorted(range(len(uniq)), key=lambda i: (-times.get(uniq[i], median), i))
+    return {uniq[i]: rank for rank, i in enumerate(ranked)}
+
+
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help"):
@@ -96,6 +127,7 @@ def main(argv=None) -> int:
     try:
         rc = subprocess.call([sys.executable, "-m", "pytest",
                               *(argv or ["tests", "-n", jobs, "--dist", "loadfile",
+                                         "--no-loadscope-reorder",
                                          "--ignore", "tests/cosim/pmem_cpp"]),
                               *(["--seed", str(seed)] if seed is not None else []),
                               f"--junitxml={JUNIT}"], env=env)
@@ -105,4 +137,5 @@ def main(argv=None) -> int:
             prebuild.wait()
     if rc != 0 or argv:                      # a partial selection need not contain cosim tests
         return rc
+    MEASURED_TIMES.write_text(json.dumps(module_times(JUNIT), indent=1) + "\n")
     return check_junit.main([str(JUNIT), "--require", "tests.cosim", "--runs", str(LEDGER)])

@@ -735,6 +735,32 @@ def test_check_junit_counts_only_passed(tmp_path):
     assert cb.check_junit(report, "tests.unit") == 0
 
 
+def test_test_files_are_ordered_longest_first_from_a_junit_report(tmp_path):
+    """The per-file times `make test` writes sum each file's test cases; the order the workers
+    get files in is longest first, a file without a time ranks as the median one, and equal
+    times keep the collection order."""
+    from trainingcxl.regression import file_order, module_times
+    report = tmp_path / "r.xml"
+    report.write_text(
+        '<testsuites><testsuite>'
+        '<testcase classname="tests.unit.test_a" name="x" time="1.5"/>'
+        '<testcase classname="tests.unit.test_a" name="y" time="2.25"/>'
+        '<testcase classname="tests.cosim.b.test_b" name="z" time="9"/>'
+        '<testcase classname="tests.unit.test_c" name="w" time="0.1"/>'
+        '</testsuite></testsuites>')
+    times = module_times(report)
+    assert times == {"tests/unit/test_a.py": 3.8, "tests/cosim/b/test_b.py": 9.0,
+                     "tests/unit/test_c.py": 0.1}
+    times["tests/unit/test_d.py"] = 2.0           # median of the four: 3.8
+    paths = ["tests/unit/test_c.py", "tests/new.py", "tests/unit/test_d.py",
+             "tests/unit/test_a.py", "tests/unit/test_a.py", "tests/cosim/b/test_b.py",
+             "tests/new2.py"]
+    rank = file_order(paths, times)
+    assert sorted(rank, key=rank.get) == [
+        "tests/cosim/b/test_b.py", "tests/new.py", "tests/unit/test_a.py", "tests/new2.py",
+        "tests/unit/test_d.py", "tests/unit/test_c.py"]
+
+
 def test_run_ledger_guard_counts_cocotb_tests_from_results_files(tmp_path):
     """`make test`'s second guard counts cocotb tests executed in the results files of the
     simulator runs (the ledger cosim.build.run writes), not pytest nodes: a ledger of a run

@@ -11,13 +11,18 @@ TCXL   := $(PY) -m trainingcxl
 
 venv: $(STAMP)
 
-# Bytecode is compiled by compileall on every core (pip compiles on one: about 20 s more on 2
-# cores), so processes started with PYTHONDONTWRITEBYTECODE still find it.
+# Python writes its bytecode caches (.venv, and __pycache__ in the ignored parts of the tree)
+# even where the environment says not to (container images often set PYTHONDONTWRITEBYTECODE):
+# `make test` starts about a hundred Python processes (pytest workers, simulators, commands),
+# and each would otherwise compile every module it imports, and pytest rewrite every test
+# module, from source again. So pip need not compile all of site-packages up front either
+# (about 40 s on one core): each module is compiled once, when first imported.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(STAMP): pyproject.toml $(PKG_INITS)
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --no-compile -e .
-	$(PY) -m compileall -q -j 0 $(VENV)/lib hw sw_model cosim trainingcxl >/dev/null
 	touch $@
 
 # The cosim tier must really run: the JUnit report is checked for at least one passed cosim

@@ -7,6 +7,8 @@ import re
 
 import pytest
 from amaranth.back import rtlil
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
 from hw.config import CONFIGS, DEFAULT
@@ -36,16 +38,26 @@ def _top_ports(il_text):
             re.findall(r"^\s*wire width (\d+) (input|output) \d+\s+\\(\S+)$", top, re.M)}
 
 
+class _DevicePorts(wiring.Component):
+    """A device's ports without its logic (outputs stay 0): the harness's own structure
+    converts in a second instead of the 30-40 s a whole device takes. The device's logic inside
+    the harness is elaborated by test_harness_simulates_stimulus_and_folded_outputs."""
+
+    def elaborate(self, platform):
+        return Module()
+
+
 @pytest.mark.parametrize("name", FPGA_CONFIGS)
 def test_harness_converts_with_only_clock_reset_and_folded_pins(name):
     """The harness converts to RTLIL (with source attributes), its top has exactly the pins
     the LPF constrains (clk, rst_n and OUT_PINS folded outputs), and it accounts for every bit
-    of the device's ports."""
+    of the device's ports (the device's ports, with its logic left out)."""
     h = SynthHarness(CONFIGS[name])
+    h.dev = _DevicePorts(h.dev.signature)
     text = rtlil.convert(h, name=HARNESS_NAME, emit_src=True)
     assert _top_ports(text) == {"clk": ("input", 1), "rst_n": ("input", 1),
                                 "out": ("output", OUT_PINS)}
-    assert "hw/gather/pool.py" in text        # source locations kept for timing reports
+    assert "hw/fpga/harness.py" in text       # source locations kept for timing reports
     # every device input bit has its own stimulus bit and every output bit is captured: the
     # counts the harness reports match the device signature, and the fold ends in the pins
     ins, outs = device_io_bits(h.dev)

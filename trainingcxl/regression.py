@@ -45,10 +45,11 @@ FALLBACK_SEED = 1
 PREBUILD = ("from cosim import build as cb; from hw.config import DeviceConfig; "
             "print(cb.device_build(DeviceConfig()).build_dir)")
 PREBUILD_LOG = Path("build/prebuild.log")
-# seconds per test file of one measured `make test` (module_times); orders the files for the workers
+PREBUILD_NICE = 10
+# seconds per test file of one measured `make test` (module_times): the order the workers get
+# files in; a whole-suite run writes its own measurement to MEASURED_TIMES
 MODULE_TIMES = Path(__file__).resolve().parents[1] / "tests" / "module_times.json"
 MEASURED_TIMES = Path("build/module-times.json")
-PREBUILD_NICE = 10
 
 
 def commit_seed(where: Path | None = None) -> tuple[int, str]:

@@ -9,9 +9,10 @@ Contract:
   yet received; resp. request accepted, B not yet received).
 - Throughput: one line per cycle in each direction at 512-bit data width (AR, R, AW, W and B all
   accept back to back); one beat per cycle at narrower widths.
-- Latency added: none on requests (AR/AW/W are driven combinationally from the request stream);
-  on responses the id FIFO must hold the id, which adds at most one cycle when the slave answers
-  in the cycle right after AR.
+- The AXI side goes through :class:`hw.axi_slice.AXI4RegisterSlice`, so no device logic depends
+  combinationally on a signal of the slave (FPGA timing and Verilator's input evaluation).
+- Latency added: none on requests (AR/AW/W are driven combinationally from the request stream,
+  through the slice's skid buffers); one cycle on responses (the slice's R and B registers).
 - ``rd_resp.err`` / ``wr_resp.err`` are set when any beat's RRESP, or BRESP, is not OKAY.
 - Poison (docs/coherence.md, "Poison"): ``wr_req.poison`` goes out as AWUSER (one bit, the
   whole line); ``rd_resp.poison`` is set when any beat's RUSER is 1. The media keeps the bit per
@@ -23,6 +24,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from .axi import AXI4Signature, BURST_INCR, RESP_OKAY
+from .axi_slice import AXI4RegisterSlice
 from .config import DeviceConfig
 from .reqport import DeviceRequestSignature, ID_BITS, LINE_BITS
 
@@ -75,7 +77,10 @@ class MediaAXI(wiring.Component):
         dw = cfg.media_data_bits
         beats = LINE_BITS // dw
         size = exact_log2(dw // 8)
-        port, axi = self.port, self.axi
+        port = self.port
+        m.submodules.slice = slice_ = AXI4RegisterSlice(media_axi_signature(cfg))
+        wiring.connect(m, slice_.m, wiring.flipped(self.axi))
+        axi = slice_.s
 
         # ---- reads -------------------------------------------------------------------------
         m.submodules.rd_ids = rd_ids = fifo.SyncFIFOBuffered(width=ID_BITS, depth=cfg.max_reads)

@@ -7,7 +7,7 @@ snapshot's per-window cost are fitted (least squares on relative error) to the `
 ``data/rtl_cycles.json`` (measured by ``python -m trainingcxl.system.measure``).
 :func:`validate` checks them on the ``held_out`` points, which no fit saw. All counts in device
 clock cycles; ``L`` is the media read = write latency in cycles; ``little`` =
-``max(1, (L + 2) / 256)``; ``d = dim/16`` lines per row; ``n`` lookups, ``B`` bags, ``U``
+``max(1, (L + 3) / 256)``; ``d = dim/16`` lines per row; ``n`` lookups, ``B`` bags, ``U``
 distinct rows.
 
 LOOKUP+LOG (doorbell to completion record persistent)::
@@ -53,11 +53,13 @@ DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
 MAX_OUTSTANDING = 256   # DeviceConfig().max_reads = max_writes of the measured build
 SNAP_DEPTH = 32         # SnapshotEngine depth: min(max_reads, 32) source reads in flight
 SNAP_OFFSET = 7         # measure.py copies from a staging address 7 bytes past a line
+ROUND_TRIP = 3          # cycles of a media read beyond L: the PMEM model's handshake, the media
+                        # adapter's R register and its response path (docs/benchmarks.md, LOOKUP)
 COMMANDS = ("lookup", "update", "commit", "snapshot")
 
 
 def little(latency) -> float:
-    return max(1.0, (latency + 2) / MAX_OUTSTANDING)
+    return max(1.0, (latency + ROUND_TRIP) / MAX_OUTSTANDING)
 
 
 def lookup_lines(n_bags, lookups, dim, distinct):

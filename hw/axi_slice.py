@@ -14,7 +14,7 @@ from .axi import AXI4Signature
 
 __all__ = ["AXI4RegisterSlice"]
 
-# (channel, valid, ready, payload members without the user bit); user bits are added per signature
+# (channel, valid, ready, payload members); a signature without user bits lacks awuser/ruser
 _REQUESTS = (
     ("ar", "arvalid", "arready", ("arid", "araddr", "arlen", "arsize", "arburst")),
     ("aw", "awvalid", "awready", ("awid", "awaddr", "awlen", "awsize", "awburst", "awuser")),
@@ -65,6 +65,7 @@ class AXI4RegisterSlice(wiring.Component):
         super().__init__({"s": In(signature), "m": Out(signature)})
 
     def _members(self, names):
+        """The payload members of ``names`` that this signature has."""
         return [n for n in names if n in self._sig.members]
 
     def elaborate(self, platform):

@@ -87,11 +87,10 @@ def _start_prebuild() -> subprocess.Popen:
     with PREBUILD_LOG.open("w") as log:
         return subprocess.Popen([sys.executable, "-c", PREBUILD], stdout=log,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                preexec_fn=_own_group_niced)
+                                process_group=0, preexec_fn=_niced)
 
 
-def _own_group_niced() -> None:
-    os.setpgrp()
+def _niced() -> None:
     os.nice(PREBUILD_NICE)
 
 

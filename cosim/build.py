@@ -80,8 +80,8 @@ from xml.etree import ElementTree
 __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
-    "waves_requested", "is_built", "device_build", "device_verilog", "COVERAGE_ARGS",
-    "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results",
+    "waves_requested", "is_built", "device_build", "DEVICE_SIM_TOP", "device_verilog",
+    "COVERAGE_ARGS", "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results",
     "MUTANTS_ENV", "MUTANT_ENV",
 ]
 
@@ -372,14 +372,23 @@ def is_built(build: Build) -> bool:
     return (build.build_dir / _DONE_MARKER).is_file()
 
 
+DEVICE_SIM_TOP = "trainingcxl_device_models"
+
+
 def device_build(cfg, **kw) -> "Build":
     """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`) in the
-    top ``trainingcxl_device_cpmem`` of :mod:`cosim.pmem_cpp.wrapper`: the C++ PMEM model is
-    compiled in, and each run picks the PMEM model (``BenchConfig.pmem``: the C++ one, or the
-    Python one driving the top's ``ext_m_axi__*`` inputs). One build serves both."""
-    from cosim.pmem_cpp.wrapper import CPP_SOURCE, cpmem_top_name, pmem_top
-    return build(pmem_top(device_verilog(cfg)), top=cpmem_top_name("trainingcxl_device"),
-                 cpp_sources=(CPP_SOURCE,), **kw)
+    top :data:`DEVICE_SIM_TOP` of :mod:`cosim.model_top`, with two compiled models on its ports:
+    the C++ PMEM model on the media port (:mod:`cosim.pmem_cpp`) and the compiled CXL.mem host
+    on the host channels (:mod:`cosim.host_cpp`). Each run picks, per port, the compiled model
+    or the Python one driving the top's ``ext_*`` inputs (``BenchConfig.pmem``, the driver's
+    ``host``). One build serves all four combinations."""
+    from cosim.host_cpp.wrapper import CPP_SOURCE as HOST_CPP, host_slot
+    from cosim.model_top import model_top
+    from cosim.pmem_cpp.wrapper import CPP_SOURCE as PMEM_CPP, pmem_slot
+    v = device_verilog(cfg)
+    top = "trainingcxl_device"
+    return build(model_top(v, top, DEVICE_SIM_TOP, [pmem_slot(v, top), host_slot(v, top)]),
+                 top=DEVICE_SIM_TOP, cpp_sources=(PMEM_CPP, HOST_CPP), **kw)
 
 
 def _tool_versions() -> str:

@@ -59,6 +59,9 @@ class DeviceDriver:
     ``use_irq``: wait for completions on the ``irq`` port (IRQ_ENABLE.CPL is set by
     :meth:`configure`) instead of polling CPL_HEAD. ``detach_while_waiting``: no host while
     the device executes a doorbell's descriptors or during :meth:`idle` (module docstring).
+    ``host``: the CXL.mem host model, ``"python"`` (``cosim.cxl_host``, the default) or
+    ``"cpp"`` (``cosim.host_cpp``: the same requests and checks, compiled into the simulator;
+    on a ``cosim.build.device_build`` top, without the host action log).
     """
 
     M2S_CHANNELS = ("m2s_req", "m2s_rwd", "m2s_birsp")
@@ -70,7 +73,7 @@ class DeviceDriver:
 
     def __init__(self, dut, pmem, cfg, *, clock=None, reset=None, csr=None, poll=16,
                  via_host=True, host_seed=0, log=None, quiet=True, use_irq=True,
-                 detach_while_waiting=False):
+                 detach_while_waiting=False, host="python"):
         self.dut = dut
         self.pmem = pmem
         self.cfg = cfg
@@ -86,6 +89,10 @@ class DeviceDriver:
         self.use_irq = use_irq
         self.detach_while_waiting = detach_while_waiting
         self.via_host = via_host
+        from cosim.host_cpp import HOST_MODELS
+        if host not in HOST_MODELS:
+            raise ValueError(f"host must be one of {HOST_MODELS}, got {host!r}")
+        self.host_model = host
         self.host_seed = host_seed
         self.log = log
         self.host = None
@@ -130,13 +137,18 @@ class DeviceDriver:
                 "err_count": await self.read("ERR_COUNT")}
 
     # ------------------------------------------------------------------ power and host
+    def _host_sig(self, name: str):
+        """The handle the Python host writes for the host channel signal ``name``."""
+        from cosim.host_cpp.wrapper import host_input
+        return host_input(self.dut, getattr(self.dut, name))
+
     def drive_idle(self):
         """Host channels idle (driven, no X) and ready, before a host model exists."""
         for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
-            getattr(self.dut, f"{ch}__valid").value = 0
-            getattr(self.dut, f"{ch}__payload").value = 0
+            self._host_sig(f"{ch}__valid").value = 0
+            self._host_sig(f"{ch}__payload").value = 0
         for ch in ("s2m_ndr", "s2m_drs", "s2m_bisnp"):
-            getattr(self.dut, f"{ch}__ready").value = 1
+            self._host_sig(f"{ch}__ready").value = 1
 
     async def power_cycle(self, *, in_reset=None, cycles: int = 4):
         """Assert reset for ``cycles``, run ``in_reset()`` (e.g. load a memory image) while it is
@@ -168,10 +180,18 @@ class DeviceDriver:
             self.new_host()
 
     def new_host(self):
-        """A fresh CXL.mem host (calm timing, strict checks against sw_model.coherence)."""
+        """A fresh CXL.mem host (calm timing, strict checks against sw_model.coherence): the
+        Python one (``cosim.cxl_host``) or, with ``host="cpp"``, the compiled one
+        (``cosim.host_cpp``)."""
         from cosim.cxl_host import ChannelSet, CxlHost, HostCore, HostKnobs, Reference
         self.stop_host()
         self.host_seed = random.Random(self.host_seed).getrandbits(32)
+        if self.host_model == "cpp":
+            if self.actions is not None:
+                raise DriverError("the host action log needs the Python host (host='python')")
+            from cosim.host_cpp import CppHost
+            self.host = CppHost(self.dut, self.cfg, seed=self.host_seed, period=self.pmem.period)
+            return
         core = HostCore(self.cfg, seed=self.host_seed, knobs=HostKnobs.calm(),
                         reference=Reference(self.cfg), strict=True)
         self._channels = ChannelSet(self.dut, self.clock, self.reset_sig)
@@ -183,6 +203,8 @@ class DeviceDriver:
     def stop_host(self):
         if self._channels is not None:
             self._channels.stop()
+        if self.host is not None and self.host_model == "cpp":
+            self.host.close()
         self._channels = None
         self.host = None
 
@@ -195,9 +217,11 @@ class DeviceDriver:
             busy = [ch for ch in self.M2S_CHANNELS if getattr(self.dut, f"{ch}__valid").value]
             if busy:
                 raise DriverError(f"host detached with a message offered on {busy}")
+            if self.host_model == "cpp":
+                self.host.detach()          # raises what the engine saw since its last job
         self.stop_host()
         for ch in self.S2M_CHANNELS:
-            getattr(self.dut, f"{ch}__ready").value = 0
+            self._host_sig(f"{ch}__ready").value = 0
 
     def attach_host(self):
         """A fresh host (as :meth:`new_host`), unless one is attached or ``via_host`` is off;
@@ -311,12 +335,19 @@ class DeviceDriver:
             self.actions.load(self.pmem.mem)
 
     async def write_lines(self, items):
-        """``[(addr, 64 bytes)]`` through the host (MemWr, all issued, then all Cmps) or
-        backdoor (``via_host=False``)."""
+        """``[(addr, 64 bytes[, byte enables])]`` through the host (MemWr, MemWrPtl for partial
+        enables, all issued, then all Cmps) or backdoor (``via_host=False``, whole lines)."""
         if not self.via_host:
-            self.write_staging(items)
+            for it in items:
+                if len(it) > 2 and it[2] != (1 << LINE) - 1:
+                    raise ValueError("partial lines need the host (via_host=True)")
+            self.write_staging([(a, d) for a, d, *_ in items])
             return
-        txns = [await self.host.write(a // LINE, bytes(d), wait=False) for a, d in items]
+        if self.host_model == "cpp":
+            await self.host.write_lines(items)
+            return
+        txns = [await self.host.write(a // LINE, bytes(d), *be, wait=False)
+                for a, d, *be in items]
         for t in txns:
             await self.host.wait_txn(t)
 
@@ -325,6 +356,8 @@ class DeviceDriver:
         all data) or backdoor (``via_host=False``)."""
         if not self.via_host:
             return [self.pmem.mem.read(a, LINE) for a in addrs]
+        if self.host_model == "cpp":
+            return await self.host.read_lines(addrs)
         txns = [await self.host.read(a // LINE, "cur", wait=False) for a in addrs]
         out = []
         for t in txns:

@@ -436,20 +436,14 @@ class ClockCount:
 def _drive_outside_inputs(dut, bus) -> None:
     """On a top with the C++ model's select input, point the slave-driven signals of ``bus``
     at the top's ``ext_`` inputs (the wires of the same names are what the design sees)."""
-    from cosim.pmem_cpp.wrapper import EXT_PREFIX, SELECT_PORT
-    try:
-        select = getattr(dut, SELECT_PORT)
-    except AttributeError:
-        return
-    select.value = 0
+    from cosim.model_top import outside_input
+    from cosim.pmem_cpp.wrapper import SELECT_PORT
     for part in (bus.write.aw, bus.write.w, bus.write.b, bus.read.ar, bus.read.r):
         for attr, handle in list(part._signals.items()):
-            try:
-                ext = getattr(dut, f"{EXT_PREFIX}{handle._name}")
-            except AttributeError:        # a master-driven signal: read where it is
-                continue
-            part._signals[attr] = ext
-            setattr(part, attr, ext)
+            ext = outside_input(dut, SELECT_PORT, handle)
+            if ext is not handle:
+                part._signals[attr] = ext
+                setattr(part, attr, ext)
 
 
 class PmemModel(ClockCount, Reset):

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+from cosim.host_cpp.wrapper import host_input
+
 __all__ = ["ChannelSet", "bursty_pauses", "fast_getter"]
 
 
@@ -70,8 +72,11 @@ class ChannelSet:
         payload = getattr(self.dut, f"{name}__payload")
         if len(payload) != codec.width:
             raise ValueError(f"{name}__payload is {len(payload)} bits, layout is {codec.width}")
-        return (codec, payload, getattr(self.dut, f"{name}__valid"),
-                getattr(self.dut, f"{name}__ready"))
+        # on a top that can carry the compiled host, the signals this agent drives are the
+        # top's ext_ inputs (cosim.model_top.outside_input); the design's outputs are read
+        # where they are
+        return tuple([codec] + [host_input(self.dut, getattr(self.dut, f"{name}__{part}"))
+                                for part in ("payload", "valid", "ready")])
 
     def add_out(self, name, layout, pop, on_sent, pauses=None, idle_payload=None):
         """``idle_payload``: payload driven while valid is low (default: the last one stays;

@@ -1,44 +1,32 @@
 """Verilog that puts the C++ PMEM model (``pmem_dpi.cpp``) on a design's AXI4 media port.
 
-:func:`pmem_top` takes the Verilog of a design whose top module has an AXI4 master port
-``<prefix>_ar...`` (Amaranth's ``m_axi`` port: ``m_axi__araddr``, ...) and returns the same text
-plus two modules:
+:func:`pmem_slot` is the :class:`cosim.model_top.ModelSlot` of the module
+``trainingcxl_pmem_dpi`` on the AXI4 master port ``<prefix>_ar...`` of a design (Amaranth's
+``m_axi`` port: ``m_axi__araddr``, ...): on every rising clock edge it calls the DPI-C function
+``tcxl_pmem_edge`` with the port's values as the edge samples them and registers the values it
+returns (non-blocking, so the design sees them after the edge, as it sees cocotb's writes);
+``tcxl_pmem_reset`` runs when reset rises, and the model's outputs are held low while reset is
+high (the Python model's channel engines drop valid and ready at that instant).
 
-* ``trainingcxl_pmem_dpi``: on every rising clock edge calls the DPI-C function
-  ``tcxl_pmem_edge`` with the port's values as the edge samples them and registers the values
-  it returns (non-blocking, so the design sees them after the edge, as it sees cocotb's
-  writes); ``tcxl_pmem_reset`` runs when reset rises, and the model's outputs are held low
-  while reset is high (the Python model's channel engines drop valid and ready at that
-  instant).
-* the new top ``<top>_cpmem``: every port of the design except the media port, the design and
-  the PMEM module, and two ways to drive the media port, chosen at run time by the input
-  ``pmem_cpp``:
-
-  - ``pmem_cpp`` high (:class:`cosim.pmem_cpp.CppPmemModel` sets it): the C++ model drives the
-    signals the slave drives (``arready``, ``rdata``, ``bvalid``, ...);
-  - ``pmem_cpp`` low (the initial value): the inputs ``ext_<prefix>_<name>`` of the top drive
-    them, which is where :class:`cosim.pmem.PmemModel` (Python) writes on this top.
-
-  Either way the media port's signals are wires of the top under their own names, so cocotb
-  (and the boundary trace) reads the values the design sees as ``dut.m_axi__rdata``. One
-  simulator build serves both PMEM models.
+On the top :func:`cosim.model_top.model_top` builds (``cosim.build.device_build``), the input
+``pmem_cpp`` chooses at run time who drives the signals the slave drives (``arready``,
+``rdata``, ``bvalid``, ...): high (:class:`cosim.pmem_cpp.CppPmemModel` sets it), the C++
+model; low (the initial value), the top's inputs ``ext_<prefix>_<name>``, which is where
+:class:`cosim.pmem.PmemModel` (Python) writes. Either way the media port's signals are wires
+of the top under their own names, so cocotb (and the boundary trace) reads the values the
+design sees as ``dut.m_axi__rdata``. One simulator build serves both PMEM models.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-__all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "EXT_PREFIX", "pmem_top",
-           "cpmem_top_name"]
+from cosim.model_top import ModelSlot, design_ports
+
+__all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "pmem_slot"]
 
 CPP_SOURCE = Path(__file__).resolve().parent / "pmem_dpi.cpp"
 PMEM_MODULE = "trainingcxl_pmem_dpi"
 SELECT_PORT = "pmem_cpp"   # 1: the C++ model drives the media port, 0: the ext_ inputs do
-EXT_PREFIX = "ext_"        # the top's inputs for a PMEM model outside the simulator
-
-_DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
-                   re.M)
-_WIDTH = re.compile(r"\[\s*(\d+)\s*:\s*0\s*\]")
 
 # (name, direction seen from the master)
 _MEDIA = (("awid", "out"), ("awaddr", "out"), ("awlen", "out"), ("awsize", "out"),
@@ -50,30 +38,6 @@ _MEDIA = (("awid", "out"), ("awaddr", "out"), ("awlen", "out"), ("awsize", "out"
           ("arburst", "out"), ("arvalid", "out"), ("arready", "in"),
           ("rid", "in"), ("rdata", "in"), ("rresp", "in"), ("rlast", "in"), ("ruser", "in"),
           ("rvalid", "in"), ("rready", "out"))
-
-
-def cpmem_top_name(top: str) -> str:
-    return f"{top}_cpmem"
-
-
-def _ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
-    """(direction, name, width) of every port of module ``top``, in declaration order."""
-    m = re.search(rf"^module\s+{re.escape(top)}\s*\(", verilog_text, re.M)
-    if m is None:
-        raise ValueError(f"module {top} not found in the Verilog")
-    end = verilog_text.index("endmodule", m.end())
-    out = []
-    for d in _DECL.finditer(verilog_text, m.end(), end):
-        rng = d.group(2)
-        if rng is None:
-            width = 1
-        else:
-            w = _WIDTH.search(rng)
-            if w is None:
-                raise ValueError(f"port {d.group(3)} of {top}: unexpected range {rng!r}")
-            width = int(w.group(1)) + 1
-        out.append((d.group(1), d.group(3), width))
-    return out
 
 
 def _pmem_module(widths: dict) -> str:
@@ -196,11 +160,11 @@ endmodule
 """
 
 
-def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "m_axi_") -> str:
-    """``verilog_text`` plus the PMEM module and the top ``<top>_cpmem`` (module docstring).
-    ``prefix`` as for ``PmemModel`` (signals ``<prefix>_<name>``)."""
-    ports = _ports(verilog_text, top)
-    by_name = {n: (d, w) for d, n, w in ports}
+def pmem_slot(verilog_text: str, top: str = "trainingcxl_device",
+              prefix: str = "m_axi_") -> ModelSlot:
+    """The C++ PMEM model on the AXI4 master port ``<prefix>_<name>`` of ``top``
+    (:class:`cosim.model_top.ModelSlot`, selected by :data:`SELECT_PORT`)."""
+    by_name = {n: (d, w) for d, n, w in design_ports(verilog_text, top)}
     media = {f"{prefix}_{n}": n for n, _ in _MEDIA}
     direction = dict(_MEDIA)
     missing = [s for s in media if s not in by_name]
@@ -211,32 +175,7 @@ def pmem_top(verilog_text: str, top: str = "trainingcxl_device", prefix: str = "
         got = "out" if by_name[sig][0] == "output" else "in"
         if got != want:
             raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the PMEM needs it {want}put")
-    if "clk" not in by_name or "rst" not in by_name:
-        raise ValueError(f"{top} has no clk/rst ports")
     widths = {n: by_name[s][1] for s, n in media.items()}
-    new_top = cpmem_top_name(top)
-    outer = [(d, n, w) for d, n, w in ports if n not in media]
-
-    def rng(n):
-        return f"[{n - 1}:0] " if n > 1 else ""
-
-    slave = [s for s, n in media.items() if direction[n] == "in"]   # the PMEM drives these
-    ext = {s: f"{EXT_PREFIX}{s}" for s in slave}
-    cpp = {s: f"cpp_{s}" for s in slave}
-    names = [n for _, n, _ in outer] + list(ext.values()) + [SELECT_PORT]
-    lines = [f"\n// {top} with the C++ PMEM model or outside inputs on its media port, chosen "
-             f"by {SELECT_PORT} (cosim/pmem_cpp/wrapper.py).",
-             f"module {new_top} ({', '.join(names)});"]
-    lines += [f"  {d} wire {rng(w)}{n};" for d, n, w in outer]
-    lines += [f"  input wire {rng(by_name[s][1])}{ext[s]};" for s in slave]
-    lines.append(f"  input wire {SELECT_PORT};")
-    lines += [f"  wire {rng(by_name[s][1])}{s};" for s in media]
-    lines += [f"  wire {rng(by_name[s][1])}{cpp[s]};" for s in slave]
-    lines += [f"  assign {s} = {SELECT_PORT} ? {cpp[s]} : {ext[s]};" for s in slave]
-    conns = [f"    .{n}({n})" for _, n, _ in ports]
-    lines.append(f"  {top} device (\n" + ",\n".join(conns) + "\n  );")
-    pconns = ["    .clk(clk)", "    .rst(rst)"] + [f"    .{n}({cpp.get(s, s)})"
-                                                   for s, n in media.items()]
-    lines.append(f"  {PMEM_MODULE} pmem (\n" + ",\n".join(pconns) + "\n  );")
-    lines.append("endmodule\n")
-    return verilog_text + _pmem_module(widths) + "\n".join(lines)
+    return ModelSlot(module=PMEM_MODULE, text=_pmem_module(widths), instance="pmem",
+                     select=SELECT_PORT, ports=media,
+                     drives=tuple(s for s, n in media.items() if direction[n] == "in"))

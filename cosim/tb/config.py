@@ -27,13 +27,16 @@ class BenchConfig:
     write latency defaults to the read latency). ``trace``: a path to record the device's
     boundary trace and host action log to (``cosim.tb.device`` only, docs/traces.md).
     ``stimulus``: a directory to record the full device's per-cycle port values to
-    (:mod:`cosim.trace.stimulus`; the training job only). ``host_trace``: log every message of the host model and the device agent
-    (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
+    (:mod:`cosim.trace.stimulus`; the training job only). ``host_trace``: log every message of
+    the host model and the device agent (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
     device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
     ``pmem``: the PMEM model on the media port, ``"python"`` (:class:`cosim.pmem.PmemModel`)
     or ``"cpp"`` (:class:`cosim.pmem_cpp.CppPmemModel`, compiled into every
     ``cosim.build.device_build(cfg)``; no stalls;
-    ``cosim.tb.device`` and the training job only).
+    ``cosim.tb.device`` and the training job only). ``host``: the CXL.mem host of the
+    device driver, ``"python"`` (:mod:`cosim.cxl_host`) or ``"cpp"`` (:mod:`cosim.host_cpp`,
+    compiled into every ``cosim.build.device_build(cfg)``; uncached traffic only, no action
+    log).
     """
     device: DeviceConfig = DeviceConfig()
     latency: int | None = None
@@ -43,6 +46,7 @@ class BenchConfig:
     host_trace: bool = False
     strict_media: bool = False
     pmem: str = "python"
+    host: str = "python"
 
 
 def bench_config() -> BenchConfig:

@@ -63,7 +63,8 @@ class DeviceTB:
         self.bench = bench_config()
         self.cfg = cfg = self.bench.device
         self.seed = random.getrandbits(32)
-        dut._log.info(f"{name}: seed={self.seed} latency={latency} stall={stall}")
+        dut._log.info(f"{name}: seed={self.seed} latency={latency} stall={stall} "
+                      f"pmem={self.bench.pmem} host={self.bench.host}")
         self.name = name
         self.rng = np.random.default_rng(self.seed)
         self.map = CsrMap()
@@ -74,7 +75,8 @@ class DeviceTB:
                                read_latency=latency, write_latency=latency, seed=self.seed,
                                stall=stalls, mem=MemoryImage(1 << ab), log_writes=False,
                                read_bandwidth=read_bandwidth, write_bandwidth=write_bandwidth)
-        self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed)
+        self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed,
+                                host=self.bench.host)
         # BenchConfig.trace: record the boundary trace and the host action log (docs/traces.md)
         self.trace = None
         if self.bench.trace:

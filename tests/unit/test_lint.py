@@ -44,19 +44,24 @@ def test_lint_catches_a_warning(tmp_path):
     assert r.returncode != 0 and "%Warning" in r.stderr
 
 
-def test_cpp_pmem_wrapper_lint_clean(tmp_path):
-    """The Verilog that puts the C++ PMEM model on the media port adds no warning: the module
-    itself under ``-Wall`` (for the default and the 128-bit media width). The device with it as
-    the new top is verilated under the three waivers by every simulator build of the device,
-    which fails on a warning (tests/cosim/infra: test_build_fails_on_a_lint_warning)."""
-    from cosim.pmem_cpp.wrapper import PMEM_MODULE, pmem_top
+@pytest.mark.parametrize("model", ["pmem", "host"])
+def test_compiled_model_wrappers_lint_clean(model, tmp_path):
+    """The Verilog that puts a compiled model on the device's ports (the C++ PMEM model on the
+    media port, the compiled CXL.mem host on the host channels) adds no warning: each model's
+    module itself under ``-Wall`` (for the default and the 128-bit media width). The device
+    with them in the new top is verilated under the three waivers by every simulator build of
+    the device, which fails on a warning (tests/cosim/infra:
+    test_build_fails_on_a_lint_warning)."""
+    from cosim.host_cpp.wrapper import HOST_MODULE, host_slot
+    from cosim.pmem_cpp.wrapper import PMEM_MODULE, pmem_slot
+    module, slot = {"pmem": (PMEM_MODULE, pmem_slot), "host": (HOST_MODULE, host_slot)}[model]
     env = cb.verilator_env()
     for name, cfg in (("default", DeviceConfig()), ("fpga-ecp5-log136",
                                                      LINT_CONFIGS["fpga-ecp5-log136"])):
-        text = pmem_top(cb.device_verilog(cfg, name=TOP_NAME), top=TOP_NAME)
-        i = text.index(f"module {PMEM_MODULE}")
-        mod = tmp_path / f"{PMEM_MODULE}.sv"
-        mod.write_text(text[i:text.index("endmodule", i)] + "endmodule\n")
-        r = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", PMEM_MODULE,
+        text = slot(cb.device_verilog(cfg, name=TOP_NAME), TOP_NAME).text
+        assert f"module {module}" in text
+        mod = tmp_path / f"{module}.sv"
+        mod.write_text(text)
+        r = subprocess.run(["verilator", "--lint-only", "-Wall", "--top-module", module,
                             str(mod)], capture_output=True, text=True, env=env)
         assert r.returncode == 0 and "%Warning" not in r.stderr, (name, r.stderr[-4000:])

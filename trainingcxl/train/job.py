@@ -39,6 +39,7 @@ def crash_schedule(seed: int, batches: int, n: int) -> list[tuple[int, float]]:
 
 
 def _args(argv):
+    from cosim.host_cpp import HOST_MODELS
     from cosim.tb.config import PMEM_MODELS
     from sw_model.dlrm import DLRMConfig
     d = DLRMConfig()
@@ -91,9 +92,18 @@ def _args(argv):
                     help="PMEM model: the C++ one compiled into the simulator (default; about "
                          "2x faster) or the Python one (cosim/pmem.py); both give the same "
                          "cycles, images and crash images (docs/crash.md)")
+    ap.add_argument("--host", choices=HOST_MODELS, default=None,
+                    help="CXL.mem host model: the one compiled into the simulator (default) or "
+                         "the Python one (cosim/cxl_host; default with --trace, whose host "
+                         "action log needs it); both send the same requests and check the "
+                         "same answers (cosim/host_cpp)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
+    if a.host is None:
+        a.host = "python" if a.trace else "cpp"
+    elif a.host == "cpp" and a.trace:
+        ap.error("--trace records the host action log, which needs --host python")
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
     from cosim.media import media_timing
@@ -199,7 +209,7 @@ def main(argv=None) -> int:
     res_path = (a.out / "rtl_run.json").resolve()
     spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
                                          stimulus=(str(a.stimulus.resolve()) if a.stimulus
-                                                   else None), pmem=a.pmem),
+                                                   else None), pmem=a.pmem, host=a.host),
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
                        latency=a.latency, media=a.media_timing, mlp_cycles=a.mlp_cycles,
                        seed=a.seed,

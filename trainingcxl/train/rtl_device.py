@@ -243,12 +243,9 @@ class RtlDevice(FixedPointEmbeddings):
         self._call(self._a_write, chunks)
 
     async def _a_write(self, chunks):
-        host = self.drv.host
         lines = _lines_of(chunks)
-        txns = [await host.write(la // LINE, bytes(buf), be, wait=False)
-                for la, (buf, be) in sorted(lines.items())]
-        for t in txns:
-            await host.wait_txn(t)
+        await self.drv.write_lines([(la, bytes(buf), be)
+                                    for la, (buf, be) in sorted(lines.items())])
         self._link(len(lines))
 
     def read_mem(self, addr, n):

@@ -1,0 +1,267 @@
+"""The CXL.mem host compiled into the simulator: :class:`CppHost`.
+
+The per-cycle work of the host's uncached traffic (driving ``m2s_req``/``m2s_rwd``, taking
+every NDR and DRS, matching and checking them) is C++ (``host_dpi.cpp``) called from the
+Verilog :mod:`cosim.host_cpp.wrapper` puts on the device's host channels (every
+``cosim.build.device_build(cfg)`` has it). Python works at transaction level: one job of whole
+lines (:meth:`CppHost.write_lines`, :meth:`CppHost.read_lines`), one sleep until the job is done
+(the wire ``host_cpp_busy`` falls), the results read back with ``ctypes``.
+
+What it covers is what the device driver's host does between descriptor batches: uncached
+full-line ``MemWr`` and partial ``MemWrPtl`` (Meta0-State I), and ``MemRd`` with ``SnpCur``,
+from a host that holds no line. Each request's header is the Python host's
+(:mod:`cosim.cxl_host.protocol`: the same kinds, fields and tag sequence from the same seed),
+and the answers are checked as :class:`cosim.cxl_host.HostCore` checks them: the NDR and DRS
+opcodes the coherence reference (``sw_model.coherence.expected_req``/``expected_rwd``) allows
+for that header, tags, duplicates, answers before the request, DRS only for reads,
+MemData-NXM data; a read is complete with its DRS and, when the reference expects one, its NDR.
+A violation raises :class:`cosim.cxl_host.HostViolationError`. Caching requests, snoops
+(BISnp/BIRsp) and conflicts stay with the Python host: the compiled one holds ``s2m_bisnp``
+not ready and raises when the device offers a BISnp. The boundary trace's host action log
+needs the Python host too (its observers see each transaction as it happens).
+"""
+from __future__ import annotations
+
+import ctypes
+import random
+
+from cosim.host_cpp.wrapper import ATTACH, BUSY, SELECT_PORT
+
+__all__ = ["CppHost", "host_cpp_available", "HOST_MODELS"]
+
+HOST_MODELS = ("python", "cpp")
+LINE = 64
+_ALL_BE = (1 << LINE) - 1
+_LIB = None
+_RESULT_FIELDS = 7       # done, t_sent, t_ndr, t_drs, ndr_op, drs_op, drs_poison
+
+
+def _lib():
+    """The simulator process's compiled-host functions (linked with -rdynamic)."""
+    global _LIB
+    if _LIB is None:
+        lib = ctypes.CDLL(None)
+        try:
+            lib.tcxl_host_submit
+        except AttributeError:
+            raise RuntimeError("this simulator has no compiled CXL.mem host: build the device "
+                               "with cosim.build.device_build(cfg)") from None
+        u, p = ctypes.c_uint, ctypes.c_void_p
+        sig = {
+            "tcxl_host_layout": (None, [u, u, u, u, p, u]),
+            "tcxl_host_reset": (None, []),
+            "tcxl_host_submit": (ctypes.c_int, [u, p, p]),
+            "tcxl_host_busy": (ctypes.c_int, []),
+            "tcxl_host_error": (ctypes.c_char_p, []),
+            "tcxl_host_edges": (ctypes.c_ulonglong, []),
+            "tcxl_host_results": (None, [p, p]),
+            "tcxl_host_stats": (None, [p]),
+        }
+        for name, (res, args) in sig.items():
+            f = getattr(lib, name)
+            f.restype, f.argtypes = res, args
+        _LIB = lib
+    return _LIB
+
+
+def host_cpp_available() -> bool:
+    """True inside a simulator built with the compiled host."""
+    try:
+        _lib()
+    except RuntimeError:
+        return False
+    return True
+
+
+class _Packer:
+    """Header fields of one M2S channel to payload bits (offsets from its lib.data layout)."""
+
+    def __init__(self, channel: str):
+        from hw.cxl.messages import message_layout
+        lay = message_layout(channel)
+        self.width = lay.size
+        self.words = (self.width + 31) // 32
+        hdr = lay["hdr"]
+        self.hdr = {name: (hdr.offset + f.offset, f.width) for name, f in hdr.shape}
+        self.data = lay["data"].offset if channel == "m2s_rwd" else None
+        self.be = lay["be"].offset if channel == "m2s_rwd" else None
+
+    def pack(self, hdr: dict, data: bytes | None = None, be: int = 0) -> int:
+        bits = 0
+        for name, v in hdr.items():
+            off, w = self.hdr[name]
+            if not 0 <= v < 1 << w:
+                raise ValueError(f"header field {name}={v} does not fit {w} bits")
+            bits |= v << off
+        if self.data is not None:
+            bits |= int.from_bytes(data, "little") << self.data | be << self.be
+        return bits
+
+
+class CppHost:
+    """The compiled host on the device top ``dut`` (module docstring).
+
+    ``cfg``: the device configuration (the reference's regions); ``seed``: the first tag, drawn
+    as :class:`cosim.cxl_host.HostCore` draws it; ``period``: the clock period in simulator
+    steps (for timeouts).
+    Creating one selects the compiled host on the top (``host_cpp`` = 1), forgets what a host
+    before it left and attaches it (S2M channels ready: ``host_cpp_attach`` = 1, at once).
+    :meth:`detach` holds them not ready, :meth:`close` ends it (a power cycle)."""
+
+    def __init__(self, dut, cfg, *, seed: int, period: int):
+        from cosim.cxl_host.protocol import Reference
+        from hw.cxl.messages import message_layout
+        self.dut, self.cfg, self.seed, self.period = dut, cfg, seed, period
+        self._lib = lib = _lib()
+        self._next_tag = random.Random(seed).randrange(1 << 16)
+        self.reference = Reference(cfg)
+        self._expect_cache: dict = {}
+        self._req, self._rwd = _Packer("m2s_req"), _Packer("m2s_rwd")
+        ndr, drs = message_layout("s2m_ndr"), message_layout("s2m_drs")
+
+        def field(lay, name):
+            if name == "data":
+                return (lay["data"].offset, 512)
+            h = lay["hdr"]
+            f = h.shape[name]
+            return (h.offset + f.offset, f.width)
+        from hw.cxl_encodings import DRSOpcode
+        fs = [field(ndr, "opcode"), field(ndr, "tag"), field(drs, "opcode"), field(drs, "tag"),
+              field(drs, "poison"), field(drs, "data")]
+        arr = (ctypes.c_uint * 12)(*[v for f in fs for v in f])
+        lib.tcxl_host_layout(self._req.words, self._rwd.words, (ndr.size + 31) // 32,
+                             (drs.size + 31) // 32, arr, int(DRSOpcode.MEM_DATA_NXM))
+        lib.tcxl_host_reset()
+        self._attach = getattr(dut, ATTACH)
+        self._attach.value = 1
+        getattr(dut, SELECT_PORT).value = 1
+        self._busy = getattr(dut, BUSY)
+        self.stats = {"requests": 0, "jobs": 0}
+
+    # ------------------------------------------------------------------ state
+    def error(self) -> str:
+        return self._lib.tcxl_host_error().decode()
+
+    def busy(self) -> bool:
+        return bool(self._lib.tcxl_host_busy())
+
+    def _raise_error(self):
+        err = self.error()
+        if err:
+            from cosim.cxl_host import HostViolationError
+            raise HostViolationError(f"compiled host (seed {self.seed}): {err}")
+
+    def detach(self):
+        """S2M channels not ready, at once (the engine keeps what it saw)."""
+        self._raise_error()
+        if self.busy():
+            raise AssertionError("compiled host detached with a job running")
+        self._attach.value = 0
+
+    def close(self):
+        """End this host (a power cycle): the job is dropped, the engine detached."""
+        self._lib.tcxl_host_reset()
+        self._attach.value = 0
+
+    # ------------------------------------------------------------------ jobs
+    def _tag(self) -> int:
+        t = self._next_tag
+        self._next_tag = (t + 1) & 0xFFFF
+        return t
+
+    def _masks(self, channel: str, hdr: dict):
+        """(need_ndr, ndr mask, drs mask) of the reference's answer to ``hdr``."""
+        key = (channel, hdr["opcode"], hdr["snp_type"], hdr["meta_field"], hdr["meta_value"],
+               hdr["addr"], hdr.get("poison", 0))
+        got = self._expect_cache.get(key)
+        if got is None:
+            e = self.reference.expect(channel, dict(hdr, tag=0))
+
+            def mask(want):
+                if want is None:
+                    return 0
+                vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
+                return sum(1 << int(v) for v in vals)
+            got = (e.ndr is not None, mask(e.ndr), mask(e.drs))
+            if len(self._expect_cache) < 1 << 16:
+                self._expect_cache[key] = got
+        return got
+
+    async def _run(self, reqs, timeout: int):
+        """Send ``reqs`` (``(channel, hdr, data, be, reads)``), wait until every one is
+        complete; returns the results array and the read data."""
+        from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
+        self._raise_error()
+        n = len(reqs)
+        if n == 0:
+            return [], b""
+        if n > 1 << 16:
+            raise ValueError(f"{n} requests in one job: at most 65536 tags")
+        lines = [h["addr"] for _, h, _, _, _ in reqs]
+        if len(set(lines)) != n:
+            raise ValueError("a line appears twice in one job (the host has one transaction "
+                             "per line at a time)")
+        meta = (ctypes.c_uint * (6 * n))()
+        words = []
+        for i, (ch, hdr, data, be, reads) in enumerate(reqs):
+            pk = self._rwd if ch == "m2s_rwd" else self._req
+            need_ndr, ndr_mask, drs_mask = self._masks(ch, hdr)
+            meta[6 * i:6 * i + 6] = [int(ch == "m2s_rwd"), hdr["tag"], int(reads), int(need_ndr),
+                                     ndr_mask, drs_mask]
+            words.append(pk.pack(hdr, data, be).to_bytes(4 * pk.words, "little"))
+        buf = ctypes.create_string_buffer(b"".join(words))
+        if self._lib.tcxl_host_submit(n, meta, buf) != 0:
+            raise AssertionError("compiled host: a job is still running")
+        self.stats["requests"] += n
+        self.stats["jobs"] += 1
+        # busy rises at the next edge (a registered output) and falls at the edge the last
+        # answer arrived: two wake-ups per job
+        await First(RisingEdge(self._busy), Timer(4 * self.period, "step"))
+        if self._busy.value:
+            await First(FallingEdge(self._busy), Timer(timeout * self.period, "step"))
+        self._raise_error()
+        res = (ctypes.c_longlong * (_RESULT_FIELDS * n))()
+        data = ctypes.create_string_buffer(LINE * n)
+        self._lib.tcxl_host_results(res, data)
+        left = [i for i in range(n) if not res[_RESULT_FIELDS * i]]
+        if left:
+            i = left[0]
+            ch, hdr = reqs[i][0], reqs[i][1]
+            raise AssertionError(
+                f"compiled host: {len(left)} of {n} requests not complete after {timeout} "
+                f"cycles; first: {ch} opcode {hdr['opcode']} tag {hdr['tag']:#06x} line "
+                f"{hdr['addr']:#x} (sent at edge {res[_RESULT_FIELDS * i + 1]}, NDR "
+                f"{res[_RESULT_FIELDS * i + 4]}, DRS {res[_RESULT_FIELDS * i + 5]}; seed "
+                f"{self.seed})")
+        return res, data.raw
+
+    async def write_lines(self, items, timeout: int = 20000):
+        """Uncached writes of whole lines ``[(byte address, 64 bytes[, byte enables])]``:
+        ``MemWr`` (``MemWrPtl`` when the enables are partial), all sent, then every ``Cmp``
+        awaited."""
+        from cosim.cxl_host.protocol import REQ_KINDS, _rwd_payload
+        reqs = []
+        for it in items:
+            addr, data = it[0], bytes(it[1])
+            be = it[2] if len(it) > 2 else _ALL_BE
+            if addr % LINE or len(data) != LINE:
+                raise ValueError(f"write of {len(data)} bytes at {addr:#x}: whole lines only")
+            kind = "uc_write" if be == _ALL_BE else "uc_write_ptl"
+            _, op, snp, mf, mv, _, _, _ = REQ_KINDS[kind]
+            p = _rwd_payload(op, snp, mf, mv, self._tag(), addr // LINE, data, be)
+            reqs.append(("m2s_rwd", p["hdr"], data, be, False))
+        await self._run(reqs, timeout)
+
+    async def read_lines(self, addrs, timeout: int = 20000) -> list:
+        """``MemRd`` with ``SnpCur`` of the lines at byte addresses ``addrs``, all sent, then
+        their data; returns the 64-byte lines."""
+        from cosim.cxl_host.protocol import REQ_KINDS, _req_payload
+        _, op, snp, mf, mv, _, _, _ = REQ_KINDS["rd_cur"]
+        reqs = []
+        for a in addrs:
+            if a % LINE:
+                raise ValueError(f"read at {a:#x}: whole lines only")
+            reqs.append(("m2s_req", _req_payload(op, snp, mf, mv, self._tag(), a // LINE)["hdr"],
+                         None, 0, True))
+        _, raw = await self._run(reqs, timeout)
+        return [raw[LINE * i:LINE * (i + 1)] for i in range(len(reqs))]

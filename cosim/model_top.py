@@ -1,0 +1,135 @@
+"""A simulation top that puts compiled models (C++ through DPI-C) on ports of a design.
+
+:func:`model_top` takes the Verilog of a design and a list of :class:`ModelSlot` and returns
+the same text plus each model's module and a new top: every port of the design except the
+signals a slot connects to, the design, the models, and for each slot a select input choosing at
+run time who drives the design inputs the slot drives:
+
+* select high: the model (its module's outputs);
+* select low (the initial value): the top's inputs ``ext_<signal>``, where a testbench model in
+  Python writes.
+
+Either way every port signal of the design is a wire of the top under its own name, so cocotb
+(and the boundary trace) reads what the design sees as ``dut.<signal>``. One simulator build
+serves both kinds of model. The slots: :func:`cosim.pmem_cpp.wrapper.pmem_slot` (media port),
+:func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels).
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["ModelSlot", "model_top", "design_ports", "EXT_PREFIX", "outside_input"]
+
+EXT_PREFIX = "ext_"        # the top's inputs for a model outside the simulator
+
+_DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
+                   re.M)
+_WIDTH = re.compile(r"\[\s*(\d+)\s*:\s*0\s*\]")
+
+
+@dataclass(frozen=True)
+class ModelSlot:
+    """One compiled model on some of a design's ports.
+
+    ``module``/``text``: the model's Verilog module and its source; ``instance``: its instance
+    name in the top; ``select``: the top input choosing it; ``ports``: design port signal ->
+    the model module's port connected to it; ``drives``: the design's input signals the model
+    drives (the others in ``ports`` it only reads); ``wires``: outputs of the model that are
+    no design port, as wires of the top (``(name, module port, width)``); ``inputs``: inputs of
+    the model that are no design port, as inputs of the top a testbench drives (same form)."""
+    module: str
+    text: str
+    instance: str
+    select: str
+    ports: dict
+    drives: tuple
+    wires: tuple = ()       # (name, module port, width): the model's own outputs, top wires
+    inputs: tuple = ()      # (name, module port, width): the model's own inputs, top inputs
+
+
+def design_ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
+    """(direction, name, width) of every port of module ``top``, in declaration order."""
+    m = re.search(rf"^module\s+{re.escape(top)}\s*\(", verilog_text, re.M)
+    if m is None:
+        raise ValueError(f"module {top} not found in the Verilog")
+    end = verilog_text.index("endmodule", m.end())
+    out = []
+    for d in _DECL.finditer(verilog_text, m.end(), end):
+        rng = d.group(2)
+        if rng is None:
+            width = 1
+        else:
+            w = _WIDTH.search(rng)
+            if w is None:
+                raise ValueError(f"port {d.group(3)} of {top}: unexpected range {rng!r}")
+            width = int(w.group(1)) + 1
+        out.append((d.group(1), d.group(3), width))
+    if not out:
+        raise ValueError(f"module {top}: no port declarations in its body (expected the form "
+                         "Amaranth's Verilog has: `input [n:0] name;`)")
+    return out
+
+
+def _rng(n):
+    return f"[{n - 1}:0] " if n > 1 else ""
+
+
+def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
+    """``verilog_text`` plus every slot's module and the top ``new_top`` (module docstring)."""
+    ports = design_ports(verilog_text, top)
+    by_name = {n: (d, w) for d, n, w in ports}
+    if "clk" not in by_name or "rst" not in by_name:
+        raise ValueError(f"{top} has no clk/rst ports")
+    driven = {}
+    for s in slots:
+        for sig in s.ports:
+            if sig not in by_name:
+                raise ValueError(f"{top} lacks port {sig} ({s.module})")
+        for sig in s.drives:
+            if by_name[sig][0] != "input":
+                raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}; {s.module} drives it")
+            if sig in driven:
+                raise ValueError(f"{sig} driven by both {driven[sig].module} and {s.module}")
+            driven[sig] = s
+    inner = {sig: None for s in slots for sig in s.ports}      # wires of the top, in order
+    outer = [(d, n, w) for d, n, w in ports if n not in inner]
+    names = ([n for _, n, _ in outer] + [f"{EXT_PREFIX}{sig}" for sig in driven] +
+             [s.select for s in slots] + [name for s in slots for name, _, _ in s.inputs])
+    lines = [f"\n// {top} with compiled models or outside inputs on its ports, each chosen by "
+             "a select input (cosim/model_top.py).",
+             f"module {new_top} ({', '.join(names)});"]
+    lines += [f"  {d} wire {_rng(w)}{n};" for d, n, w in outer]
+    lines += [f"  input wire {_rng(by_name[sig][1])}{EXT_PREFIX}{sig};" for sig in driven]
+    lines += [f"  input wire {s.select};" for s in slots]
+    lines += [f"  input wire {_rng(w)}{name};" for s in slots for name, _, w in s.inputs]
+    lines += [f"  wire {_rng(by_name[sig][1])}{sig};" for sig in inner]
+    lines += [f"  wire {_rng(by_name[sig][1])}cpp_{sig};" for sig in driven]
+    lines += [f"  wire {_rng(w)}{name};" for s in slots for name, _, w in s.wires]
+    lines += [f"  assign {sig} = {s.select} ? cpp_{sig} : {EXT_PREFIX}{sig};"
+              for sig, s in driven.items()]
+    conns = [f"    .{n}({n})" for _, n, _ in ports]
+    lines.append(f"  {top} device (\n" + ",\n".join(conns) + "\n  );")
+    for s in slots:
+        pc = ["    .clk(clk)", "    .rst(rst)"]
+        pc += [f"    .{mp}({'cpp_' + sig if sig in s.drives else sig})"
+               for sig, mp in s.ports.items()]
+        pc += [f"    .{mp}({name})" for name, mp, _ in s.wires + s.inputs]
+        lines.append(f"  {s.module} {s.instance} (\n" + ",\n".join(pc) + "\n  );")
+    lines.append("endmodule\n")
+    return verilog_text + "".join(s.text for s in slots) + "\n".join(lines)
+
+
+def outside_input(dut, select: str, handle):
+    """Where a Python model writes ``handle`` (a signal of ``dut``): on a top of
+    :func:`model_top` with the select input ``select``, the ``ext_`` input of that name (and
+    the select is set low); elsewhere the handle itself."""
+    try:
+        sel = getattr(dut, select)
+    except AttributeError:
+        return handle
+    sel.value = 0
+    try:
+        return getattr(dut, f"{EXT_PREFIX}{handle._name}")
+    except AttributeError:        # a signal the model only reads
+        return handle

@@ -1,0 +1,120 @@
+"""cosim.model_top: the simulation top that puts compiled models on a design's ports.
+
+A small hand-written design in the form Amaranth's Verilog has (port declarations in the module
+body), not the device, so every expectation is read off the text here:
+the top keeps the design's other ports, muxes each driven input between the model and an
+``ext_`` input by the slot's select, exposes every connected signal as a wire under its own
+name, and adds the slot's own wires and inputs; bad slots are refused with the reason.
+Verilator lints the result (it must elaborate), and the device's two slots are checked to
+drive disjoint signals of the real device.
+"""
+import subprocess
+
+import pytest
+
+from cosim import build as cb
+from cosim.model_top import EXT_PREFIX, ModelSlot, design_ports, model_top
+
+DESIGN = """
+module dut(clk, rst, a, a_valid, y, done);
+  input clk;
+  wire clk;
+  input rst;
+  wire rst;
+  input [7:0] a;
+  wire [7:0] a;
+  input a_valid;
+  wire a_valid;
+  output [7:0] y;
+  wire [7:0] y;
+  output done;
+  wire done;
+  reg [7:0] r;
+  always @(posedge clk) r <= rst ? 8'd0 : (a_valid ? a : r);
+  assign y = r;
+  assign done = r == 8'hff;
+endmodule
+"""
+
+MODEL = """
+module model (input wire clk, input wire rst, input wire go, output wire [7:0] a,
+              output wire a_valid, input wire [7:0] y, output wire busy);
+    reg [7:0] c;
+    always @(posedge clk) c <= rst ? 8'd0 : c + {7'd0, go};
+    assign a = c;
+    assign a_valid = go;
+    assign busy = y != c;
+endmodule
+"""
+
+
+def _slot(**kw):
+    args = dict(module="model", text=MODEL, instance="m", select="use_model",
+                ports={"a": "a", "a_valid": "a_valid", "y": "y"}, drives=("a", "a_valid"),
+                wires=(("model_busy", "busy", 1),), inputs=(("model_go", "go", 1),))
+    args.update(kw)
+    return ModelSlot(**args)
+
+
+def test_design_ports_in_order():
+    assert design_ports(DESIGN, "dut") == [("input", "clk", 1), ("input", "rst", 1),
+                                           ("input", "a", 8), ("input", "a_valid", 1),
+                                           ("output", "y", 8), ("output", "done", 1)]
+    with pytest.raises(ValueError, match="module nope not found"):
+        design_ports(DESIGN, "nope")
+    with pytest.raises(ValueError, match="no port declarations"):
+        design_ports("module ansi (input wire a);\nendmodule\n", "ansi")
+
+
+def test_top_muxes_driven_inputs_and_lints(tmp_path):
+    text = model_top(DESIGN, "dut", "sim_top", [_slot()])
+    top = text[text.index("module sim_top"):]
+    header = top[top.index("(") + 1:top.index(");")]
+    # outside: the design's other ports, the ext_ inputs, the select, the model's own input
+    assert [n.strip() for n in header.split(",")] == [
+        "clk", "rst", "done", f"{EXT_PREFIX}a", f"{EXT_PREFIX}a_valid", "use_model", "model_go"]
+    assert f"assign a = use_model ? cpp_a : {EXT_PREFIX}a;" in top
+    assert f"assign a_valid = use_model ? cpp_a_valid : {EXT_PREFIX}a_valid;" in top
+    assert "wire [7:0] y;" in top and "wire model_busy;" in top
+    assert ".busy(model_busy)" in top and ".go(model_go)" in top and ".y(y)" in top
+    f = tmp_path / "top.v"
+    f.write_text(text)
+    r = subprocess.run(["verilator", "--lint-only", *cb.WAIVERS, "--top-module", "sim_top",
+                        str(f)], capture_output=True, text=True, env=cb.verilator_env())
+    assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(ports={"a": "a", "b": "b"}, drives=("a",)), "lacks port b"),
+    (dict(ports={"y": "y"}, drives=("y",)), "y is an output"),
+])
+def test_bad_slots_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        model_top(DESIGN, "dut", "sim_top", [_slot(**kw)])
+
+
+def test_two_slots_driving_one_signal_refused():
+    with pytest.raises(ValueError, match="a driven by both model and model"):
+        model_top(DESIGN, "dut", "sim_top", [_slot(), _slot(instance="m2", select="s2",
+                                                            wires=(), inputs=())])
+
+
+def test_design_without_clock_refused():
+    with pytest.raises(ValueError, match="no clk/rst"):
+        model_top(DESIGN.replace("clk", "clock"), "dut", "sim_top", [_slot()])
+
+
+def test_device_slots_drive_disjoint_signals():
+    """The PMEM and host slots of the device drive disjoint design inputs, and the host slot
+    drives exactly the M2S payload/valid and the S2M readies (model_top would refuse an
+    overlap; this names what each drives)."""
+    from cosim.host_cpp.wrapper import host_slot
+    from cosim.pmem_cpp.wrapper import pmem_slot
+    from hw.config import DeviceConfig
+    v = cb.device_verilog(DeviceConfig())
+    pm, host = pmem_slot(v), host_slot(v)
+    assert not set(pm.drives) & set(host.drives)
+    assert set(host.drives) == {f"{c}__{p}" for c in ("m2s_req", "m2s_rwd", "m2s_birsp")
+                                for p in ("valid", "payload")} | \
+        {f"{c}__ready" for c in ("s2m_ndr", "s2m_drs", "s2m_bisnp")}
+    assert all(s.startswith("m_axi_") for s in pm.drives)

@@ -29,7 +29,7 @@ from trainingcxl import cluster
 
 __all__ = ["BenchSection", "run_section", "main", "SECTIONS"]
 
-SECTIONS = ("gather_reduce", "dcoh", "training")
+SECTIONS = ("gather_reduce", "dcoh", "training", "cosim_speed")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,89 @@
+"""Co-simulation speed of the main job with each harness: the PMEM model and the CXL.mem host
+in Python or compiled into the simulator.
+
+    python -m trainingcxl.bench.cosim_speed [--batches 20] [--repeats 2] [--quick]
+                                            [--out build/bench/cosim_speed.json]
+
+Runs ``trainingcxl train --batches N --crashes 0 --quiet --pmem P --host H`` for each harness
+of :data:`HARNESSES` (both models in Python; the C++ PMEM model with the Python host; both
+compiled, the main job's default), one run of each per round so all see the same machine load,
+and reports simulated cycles per second of the training (``cycles / wall_s`` of the run's
+``rtl_run.json``: from the first power-on to the last batch; the simulator's start and the
+golden-model reference runs excluded). Every run must agree with its golden-model twin; the
+runs with the same host must end with the same cycle count (the PMEM models are
+cycle-identical), and the two hosts' runs are the same training (tests/cosim/train). One
+simulator build serves every harness (``cosim.build.device_build``). Writes the rows as JSON.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+__all__ = ["HARNESSES", "run_once", "main"]
+
+# (PMEM model, CXL.mem host)
+HARNESSES = (("python", "python"), ("cpp", "python"), ("cpp", "cpp"))
+
+
+def run_once(pmem: str, host: str, batches: int, out: Path, seed: int) -> dict:
+    d = out / f"cosim_speed-{pmem}-{host}"
+    cmd = [sys.executable, "-m", "trainingcxl", "train", "--batches", str(batches),
+           "--crashes", "0", "--quiet", "--pmem", pmem, "--host", host, "--seed", str(seed),
+           "--out", str(d)]
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    rep = json.loads((d / "rtl_run.json").read_text())
+    if not json.loads((d / "summary.json").read_text())["twin_equal"]:
+        raise RuntimeError(f"{d}: the run disagreed with its golden-model twin")
+    return {"pmem": pmem, "host": host, "cycles": rep["cycles"], "wall_s": rep["wall_s"],
+            "cycles_per_s": round(rep["cycles"] / rep["wall_s"])}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m trainingcxl.bench.cosim_speed",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="smoke size: 4 batches, one round")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=Path("build/bench/cosim_speed.json"))
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.batches, a.repeats = 4, 1
+    if a.batches < 1 or a.repeats < 1:
+        ap.error("--batches and --repeats must be at least 1")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    print(f"co-simulation speed of the main job ({a.batches} batches, {a.repeats} rounds)",
+          flush=True)
+    with tempfile.TemporaryDirectory(prefix="cosim_speed-") as tmp:
+        for r in range(a.repeats):
+            for pmem, host in HARNESSES:
+                row = run_once(pmem, host, a.batches, Path(tmp), a.seed)
+                row["repeat"] = r
+                rows.append(row)
+                print(f"  pmem {pmem:6s} host {host:6s} round {r}: {row['cycles']} cycles in "
+                      f"{row['wall_s']:.1f} s = {row['cycles_per_s']} cycles/s", flush=True)
+    for host in {h for _, h in HARNESSES}:
+        cycles = {row["cycles"] for row in rows if row["host"] == host}
+        if len(cycles) != 1:
+            print(f"host {host}: cycle counts differ between runs: {sorted(cycles)}",
+                  file=sys.stderr)
+            return 1
+    print("\n| PMEM model | CXL.mem host | cycles | wall s (each run) | cycles/s (each run) |\n"
+          "|---|---|---|---|---|")
+    for pmem, host in HARNESSES:
+        mine = [row for row in rows if (row["pmem"], row["host"]) == (pmem, host)]
+        walls = ", ".join(f"{x['wall_s']:.1f}" for x in mine)
+        speeds = ", ".join(str(x["cycles_per_s"]) for x in mine)
+        print(f"| {pmem} | {host} | {mine[0]['cycles']} | {walls} | {speeds} |")
+    a.out.write_text(json.dumps(rows, indent=1))
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

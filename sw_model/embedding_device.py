@@ -621,6 +621,19 @@ class ModelDevice(FixedPointEmbeddings):
         self._alive()
         return [self.dev.table_array(t).copy() for t in range(self.layout.n_tables)]
 
+    def read_rows_q(self, t: int, rows) -> np.ndarray:
+        """Rows ``rows`` (ascending, each < the table's rows) of table ``t`` as int32
+        (len(rows), dim): a few rows of a large table without reading all of it."""
+        self._alive()
+        base, n, dim = self.dev.tables[t]
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise ValueError(f"table {t}: rows outside [0, {n})")
+        row = 4 * dim
+        mem = self.dev.mem
+        raw = b"".join([mem.read(base + row * int(r), row) for r in rows.tolist()])
+        return np.frombuffer(raw, dtype="<i4").astype(np.int32).reshape(rows.size, dim)
+
 
 # ---- float32 reference ---------------------------------------------------------------------------
 

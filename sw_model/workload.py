@@ -2,6 +2,7 @@
 
 Every random function takes a ``numpy.random.Generator``; ``random_lookup_job`` takes a seed.
 """
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,16 @@ def make_table(rng: np.random.Generator, rows: int, dim: int, frac_bits: int = 2
     return t
 
 
+@functools.lru_cache(maxsize=32)
+def _zipf_cdf(rows: int, alpha: float) -> np.ndarray:
+    """The truncated-Zipf CDF of :func:`zipf_indices` (read-only; computed once per
+    ``(rows, alpha)``: a click log draws from the same tables batch after batch)."""
+    cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -alpha)
+    cdf /= cdf[-1]
+    cdf.flags.writeable = False
+    return cdf
+
+
 def zipf_indices(rng: np.random.Generator, n: int, rows: int, alpha: float,
                  shuffle: bool = False) -> np.ndarray:
     """``n`` u32 indices in [0, rows), P(rank k) proportional to (k+1)^-alpha (alpha=0: uniform).
@@ -37,8 +48,7 @@ def zipf_indices(rng: np.random.Generator, n: int, rows: int, alpha: float,
     """
     if rows < 1:
         raise ValueError("zipf_indices: rows must be >= 1")
-    cdf = np.cumsum(np.arange(1, rows + 1, dtype=np.float64) ** -float(alpha))
-    cdf /= cdf[-1]
+    cdf = _zipf_cdf(int(rows), float(alpha))
     idx = np.minimum(np.searchsorted(cdf, rng.random(n), side="right"), rows - 1)
     if shuffle:
         idx = rng.permutation(rows)[idx]

@@ -28,6 +28,8 @@ import ctypes
 import struct
 from collections import deque
 
+import numpy as np
+
 import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
@@ -127,6 +129,19 @@ class CppMemory(MemoryImage):
             self._snap = {a: bytearray(raw[LINE * i:LINE * (i + 1)]) for i, a in enumerate(addrs)}
             self._snap_version = v
         return self._snap
+
+    def line_arrays(self):
+        """(ascending int64 addresses, uint8 ``(n, 64)`` contents) of every line in the C++
+        store, straight from its dump (no per-line Python objects)."""
+        lib = self._lib
+        n = lib.tcxl_pmem_mem_nlines()
+        addrs = (ctypes.c_ulonglong * n)()
+        data = ctypes.create_string_buffer(LINE * n)
+        lib.tcxl_pmem_mem_dump(addrs, data)
+        a = np.frombuffer(addrs, dtype=np.uint64).astype(np.int64)
+        d = np.frombuffer(data, dtype=np.uint8, count=LINE * n).reshape(n, LINE)
+        order = np.argsort(a, kind="stable")
+        return a[order], d[order]
 
     @_lines.setter
     def _lines(self, value):

@@ -432,3 +432,25 @@ def test_float_embeddings_interface():
     f.commit(1)
     with pytest.raises(ValueError, match="16, 32, 64, 128"):
         FloatEmbeddings([np.zeros((3, 8), np.float32)])
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_read_rows_q_equals_rows_of_read_tables_q(seed):
+    """read_rows_q after LOOKUP/UPDATE/COMMITs: the chosen rows of read_tables_q; rows out of
+    range raise."""
+    print(f"seed {seed}")
+    dev, tabs, rng = small_device(seed, rails=False)
+    for b in (1, 2):
+        bags = [random_bags(rng, t.shape[0]) for t in tabs]
+        grads = [(rng.standard_normal((len(o) - 1, t.shape[1])) * 0.01).astype(np.float32)
+                 for (o, _), t in zip(bags, tabs)]
+        dev.lookup(b, bags)
+        dev.update(b, bags, grads, 0.25)
+        dev.commit(b)
+    full = dev.read_tables_q()
+    for t, r in enumerate((40, 70)):
+        rows = np.unique(rng.integers(0, r, 9))
+        assert np.array_equal(dev.read_rows_q(t, rows), full[t][rows])
+    assert not np.array_equal(full[0], tabs[0]), "the UPDATEs must have changed table 0"
+    with pytest.raises(ValueError, match="outside"):
+        dev.read_rows_q(1, [70])

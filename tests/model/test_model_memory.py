@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from sw_model.memory import MemoryImage
+from sw_model.memory import MemoryImage, differing_lines
 
 
 def test_unwritten_bytes_read_as_zero_or_fill():
@@ -97,3 +97,40 @@ def test_bulk_unaligned_write_of_many_lines_is_exact():
     m = MemoryImage()
     m.write(0x40_0000 + 3, data)
     assert len(m.lines()) == 20_001 and m.read(0x40_0000 + 3, len(data)) == data
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_differing_lines_equals_line_by_line_reference(seed):
+    """differing_lines (whole arrays) against reading every line of both images: lines written
+    on one side only, equal to the other's fill or not, different fills, a skipped range."""
+    print(f"seed {seed}")
+    rng = np.random.default_rng(seed)
+    a = MemoryImage(size=1 << 16)
+    b = MemoryImage(size=1 << 16, fill=int(rng.integers(0, 2)))
+    for m in (a, b):
+        for _ in range(300):
+            la = 64 * int(rng.integers(0, 1 << 10))
+            m.write(la + int(rng.integers(0, 64)), bytes([int(rng.integers(0, 3))]))
+    for _ in range(200):                           # shared lines, mostly equal
+        la = 64 * int(rng.integers(0, 1 << 10))
+        line = bytes(rng.integers(0, 256, 64, dtype=np.uint8))
+        a.write(la, line)
+        b.write(la, line if rng.random() < 0.9 else line[::-1])
+    lo, hi = 64 * 100, 64 * 300
+    want = [la for la in sorted(set(a.lines()) | set(b.lines()))
+            if a.read(la, 64) != b.read(la, 64)]
+    assert want, "the images must differ somewhere for the test to mean anything"
+    assert differing_lines(a, b) == want
+    assert differing_lines(b, a) == want
+    assert differing_lines(a, b, skip=(lo, hi)) == [x for x in want if not lo <= x < hi]
+    assert differing_lines(a, b, limit=2) == want[:2]
+    assert differing_lines(a, a.copy()) == []
+
+
+def test_line_arrays_sorted_and_equal_to_reads():
+    m = MemoryImage(size=1 << 12)
+    for la in (640, 64, 2048, 0):
+        m.write(la, bytes([la // 64]) * 64)
+    addrs, data = m.line_arrays()
+    assert addrs.tolist() == [0, 64, 640, 2048]
+    assert [bytes(r) for r in data] == [m.read(int(a), 64) for a in addrs]

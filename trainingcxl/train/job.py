@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -80,7 +81,8 @@ def _args(argv):
     ap.add_argument("--out", type=Path, default=Path("build/report"))
     ap.add_argument("--quiet", action="store_true", help="no per-batch progress lines")
     ap.add_argument("--profile", type=Path, default=None,
-                    help="write a cProfile of the simulator process here")
+                    help="write a cProfile of the simulator process here (its cocotb side) "
+                         "and one of the trainer thread to PROFILE.trainer")
     ap.add_argument("--trace", type=Path, default=None,
                     help="record every boundary transaction (CXL.mem, media, CSR) as JSON lines "
                          "here (docs/traces.md; large: one line per handshake)")
@@ -245,6 +247,8 @@ def main(argv=None) -> int:
         order = {r.batch: r.ids for r in gdp.log}
         data = lambda b: gdp.store.peek(order[b])
     rep = build_report(a, cfg, mcfg, data, rtl, rtl_eval, refs, crashes, time.time() - t_start)
+    rep["command"] = shlex.join(["trainingcxl", "train", *(sys.argv[1:] if argv is None
+                                                             else argv)])
     write_report(a.out, rep, refs)
     print(summarize(rep))
     return 0 if rep["twin_equal"] else 1

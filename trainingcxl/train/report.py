@@ -162,6 +162,5 @@ def write_report(out: Path, rep: dict, refs: dict):
     (out / "summary.json").write_text(json.dumps(rep, indent=1, default=float))
     md = ["# TrainingCXL demo report", "", "```", summarize(rep).strip("\n"), "```", "",
           "![loss](loss.png)", "", "![cycles](cycles.png)", "",
-          "Reproduce: `make demo` (or `trainingcxl train --seed "
-          f"{rep['seed']} --batches {rep['batches']}`).", ""]
+          f"Reproduce: `{rep.get('command') or 'trainingcxl train'}`.", ""]
     (out / "report.md").write_text("\n".join(md))

@@ -54,6 +54,7 @@ from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
 from cosim.powerfail import power_fail
 from hw.encodings import CPL_FIELDS
 from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
+from sw_model.memory import differing_lines
 from sw_model.training import read_snap_slot
 
 __all__ = ["RtlDevice", "TwinMismatch", "recovery_problems"]
@@ -149,6 +150,7 @@ class RtlDevice(FixedPointEmbeddings):
         self.staging = (cfg.staging_base, cfg.staging_size)
         # the host's own run, for judging a recovery (recovery_problems)
         self._tables_committed = twin.read_tables_q() if twin is not None else None
+        self._rows_since_commit = [[] for _ in range(layout.n_tables)]   # UPDATE indices
         self._commit_in_flight = False
         self._blobs: dict[int, list] = {}
 
@@ -336,6 +338,7 @@ class RtlDevice(FixedPointEmbeddings):
             raise TwinMismatch("recovery differs from the host's own run: "
                                + "; ".join(problems[:4]))
         self._tables_committed = tables
+        self._rows_since_commit = [[] for _ in tables]
         self._commit_in_flight = False
         tw.restart_from(self.crash_image.mem)
         got = (c, slot, epoch)
@@ -350,11 +353,10 @@ class RtlDevice(FixedPointEmbeddings):
             return
         s0, s1 = self.staging[0], self.staging[0] + self.staging[1]
         a, b = self.pmem.mem, self.twin.mem
-        for la in sorted(set(a._lines) | set(b._lines)):
-            if not s0 <= la < s1 and a.read(la, LINE) != b.read(la, LINE):
-                raise TwinMismatch(f"{what}: memory line {la:#x} differs: RTL "
-                                   f"{a.read(la, LINE).hex()[:32]}..., model "
-                                   f"{b.read(la, LINE).hex()[:32]}...")
+        for la in differing_lines(a, b, skip=(s0, s1), limit=1):
+            raise TwinMismatch(f"{what}: memory line {la:#x} differs: RTL "
+                               f"{a.read(la, LINE).hex()[:32]}..., model "
+                               f"{b.read(la, LINE).hex()[:32]}...")
 
     # ------------------------------------------------------------------ phases
     def lookup_q(self, batch, bags, *, log=True):
@@ -365,6 +367,8 @@ class RtlDevice(FixedPointEmbeddings):
 
     def update_q(self, batch, bags, grads_q, lr_q):
         self.batch = batch
+        for t, (_, x) in enumerate(bags):
+            self._rows_since_commit[t].append(np.asarray(x, dtype=np.int64))
         if self.mlp_cycles:
             self.phase = "mlp"
             self._call(self._a_wait, self.mlp_cycles)
@@ -392,8 +396,21 @@ class RtlDevice(FixedPointEmbeddings):
         self.phase = "commit"
         super().commit_q(batch)
         if self.twin is not None:
-            self._tables_committed = self.twin.read_tables_q()
+            self._note_committed_rows()
         self.phase = "idle"
+
+    def _note_committed_rows(self):
+        """The twin's tables at this COMMIT, kept for judging a recovery: only UPDATE writes
+        table rows, so the rows of the UPDATE bags since the last COMMIT are copied from the
+        twin (not the whole tables: they may hold millions of rows)."""
+        for t, pending in enumerate(self._rows_since_commit):
+            if not pending:
+                continue
+            tab = self._tables_committed[t]
+            rows = np.unique(np.concatenate(pending))
+            rows = rows[(rows >= 0) & (rows < tab.shape[0])]
+            tab[rows] = self.twin.read_rows_q(t, rows)
+            pending.clear()
 
     def final_check(self):
         """At the end: the whole memory outside staging equals the twin's."""

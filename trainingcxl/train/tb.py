@@ -41,7 +41,8 @@ class TrainParams:
     ``latency``: PMEM read/write latency; ``media``: the PMEM's latency and bandwidth per
     direction (cosim/media.py; overrides ``latency``; None: ``latency``, unlimited);
     ``data``: an npz click log (None: synthetic);
-    ``out``: the result JSON; ``profile``: write a cProfile of the simulator process there;
+    ``out``: the result JSON; ``profile``: write a cProfile of the simulator process's cocotb
+    side there and one of the trainer thread to ``<profile>.trainer``;
     ``datapath``: a sample cache and sampler (``trainingcxl.shade.job.prepare``), or None."""
     bench: BenchConfig
     model: DLRMConfig
@@ -120,8 +121,16 @@ async def train_with_power_failures(dut):
                      f"{time.monotonic() - t0:6.0f} s")
 
     def run():
+        tprof = None
+        if spec.profile:                               # the trainer thread's own profile
+            import cProfile
+            tprof = cProfile.Profile()
+            tprof.enable()
         res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
         dev.final_check()
+        if tprof is not None:
+            tprof.disable()
+            tprof.dump_stats(spec.profile + ".trainer")
         return res
 
     prof = None

@@ -34,7 +34,9 @@ def run_once(pmem: str, host: str, batches: int, out: Path, seed: int) -> dict:
     cmd = [sys.executable, "-m", "trainingcxl", "train", "--batches", str(batches),
            "--crashes", "0", "--quiet", "--pmem", pmem, "--host", host, "--seed", str(seed),
            "--out", str(d)]
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if run.returncode:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {run.returncode}):\n{run.stdout}")
     rep = json.loads((d / "rtl_run.json").read_text())
     if not json.loads((d / "summary.json").read_text())["twin_equal"]:
         raise RuntimeError(f"{d}: the run disagreed with its golden-model twin")
@@ -66,7 +68,7 @@ def main(argv=None) -> int:
                 row["repeat"] = r
                 rows.append(row)
                 print(f"  pmem {pmem:6s} host {host:6s} round {r}: {row['cycles']} cycles in "
-                      f"{row['wall_s']:.1f} s = {row['cycles_per_s']} cycles/s", flush=True)
+                      f"{row['wall_s']:.2f} s = {row['cycles_per_s']} cycles/s", flush=True)
     for host in {h for _, h in HARNESSES}:
         cycles = {row["cycles"] for row in rows if row["host"] == host}
         if len(cycles) != 1:
@@ -77,7 +79,7 @@ def main(argv=None) -> int:
           "|---|---|---|---|---|")
     for pmem, host in HARNESSES:
         mine = [row for row in rows if (row["pmem"], row["host"]) == (pmem, host)]
-        walls = ", ".join(f"{x['wall_s']:.1f}" for x in mine)
+        walls = ", ".join(f"{x['wall_s']:.2f}" for x in mine)
         speeds = ", ".join(str(x["cycles_per_s"]) for x in mine)
         print(f"| {pmem} | {host} | {mine[0]['cycles']} | {walls} | {speeds} |")
     a.out.write_text(json.dumps(rows, indent=1))

@@ -149,7 +149,7 @@ async def train_with_power_failures(dut):
     np.savez(str(out) + ".tables.npz", *tables)
     Path(str(out) + ".mlp").write_bytes(model.to_bytes())
     rep = dict(
-        seed=seed, batches=n, wall_s=round(wall, 1), cycles=pmem.cycle,
+        seed=seed, batches=n, wall_s=round(wall, 3), cycles=pmem.cycle,
         media=dict(timing=media.describe(), r_queue_cycles=pmem.r_queue_cycles,
                    w_queue_cycles=pmem.w_queue_cycles),
         losses=[[b, float(x)] for b, x in res.loss_log],

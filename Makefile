@@ -79,7 +79,7 @@ shade: $(STAMP)
 	$(TCXL) shade $(if $(DATA),--data $(DATA))
 
 bench: $(STAMP)
-	$(TCXL) bench $(if $(WORKERS),--workers $(WORKERS))
+	$(TCXL) bench --verilator $(if $(WORKERS),--workers $(WORKERS))
 
 # System model (docs/system.md): TrainingCXL against PMEM-based baselines per training step, device
 # time from cycle formulas fitted to recorded RTL runs; report and plots in build/system/

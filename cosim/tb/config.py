@@ -28,8 +28,9 @@ class BenchConfig:
     boundary trace and host action log to (``cosim.tb.device`` only, docs/traces.md).
     ``stimulus``: a directory to record the full device's per-cycle port values to
     (:mod:`cosim.trace.stimulus`; the training job only). ``host_trace``: log every message of
-    the host model and the device agent (``cosim.tb.dcoh``). ``strict_media``: also check ``HostPermission.device_access`` at each
-    device AW/AR (``cosim.tb.dcoh``; stricter than the contract, see cosim.coherence_check).
+    the host model and the device agent (``cosim.tb.dcoh``). ``strict_media``: also check
+    ``HostPermission.device_access`` at each device AW/AR (``cosim.tb.dcoh``; stricter than
+    the contract, see cosim.coherence_check).
     ``pmem``: the PMEM model on the media port, ``"python"`` (:class:`cosim.pmem.PmemModel`)
     or ``"cpp"`` (:class:`cosim.pmem_cpp.CppPmemModel`, compiled into every
     ``cosim.build.device_build(cfg)``; no stalls;

@@ -622,8 +622,8 @@ class ModelDevice(FixedPointEmbeddings):
         return [self.dev.table_array(t).copy() for t in range(self.layout.n_tables)]
 
     def read_rows_q(self, t: int, rows) -> np.ndarray:
-        """Rows ``rows`` (ascending, each < the table's rows) of table ``t`` as int32
-        (len(rows), dim): a few rows of a large table without reading all of it."""
+        """Rows ``rows`` (in the order given, each in [0, the table's rows)) of table ``t`` as
+        int32 (len(rows), dim): a few rows of a large table without reading all of it."""
         self._alive()
         base, n, dim = self.dev.tables[t]
         rows = np.asarray(rows, dtype=np.int64)

@@ -116,28 +116,33 @@ class CppMemory(MemoryImage):
         self._snap = None
         self._snap_version = None
 
+    def _dump(self):
+        """(line addresses, their contents concatenated) of the C++ store, in creation order."""
+        lib = self._lib
+        n = lib.tcxl_pmem_mem_nlines()
+        addrs = (ctypes.c_ulonglong * n)()
+        data = ctypes.create_string_buffer(LINE * n)
+        lib.tcxl_pmem_mem_dump(addrs, data)
+        return addrs, data
+
+    def _fresh_lines(self) -> dict:
+        addrs, data = self._dump()
+        raw = data.raw
+        return {a: bytearray(raw[LINE * i:LINE * (i + 1)]) for i, a in enumerate(addrs)}
+
     @property
     def _lines(self) -> dict:
-        lib = self._lib
-        v = lib.tcxl_pmem_mem_version()
+        v = self._lib.tcxl_pmem_mem_version()
         if self._snap is None or v != self._snap_version:
-            n = lib.tcxl_pmem_mem_nlines()
-            addrs = (ctypes.c_ulonglong * n)()
-            data = ctypes.create_string_buffer(LINE * n)
-            lib.tcxl_pmem_mem_dump(addrs, data)
-            raw = data.raw
-            self._snap = {a: bytearray(raw[LINE * i:LINE * (i + 1)]) for i, a in enumerate(addrs)}
+            self._snap = self._fresh_lines()
             self._snap_version = v
         return self._snap
 
     def line_arrays(self):
         """(ascending int64 addresses, uint8 ``(n, 64)`` contents) of every line in the C++
         store, straight from its dump (no per-line Python objects)."""
-        lib = self._lib
-        n = lib.tcxl_pmem_mem_nlines()
-        addrs = (ctypes.c_ulonglong * n)()
-        data = ctypes.create_string_buffer(LINE * n)
-        lib.tcxl_pmem_mem_dump(addrs, data)
+        addrs, data = self._dump()
+        n = len(addrs)
         a = np.frombuffer(addrs, dtype=np.uint64).astype(np.int64)
         d = np.frombuffer(data, dtype=np.uint8, count=LINE * n).reshape(n, LINE)
         order = np.argsort(a, kind="stable")
@@ -208,7 +213,10 @@ class CppMemory(MemoryImage):
 
     def copy(self) -> MemoryImage:
         m = MemoryImage(self.size, self.fill)
-        m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        if self._snap is not None and self._snap_version == self._lib.tcxl_pmem_mem_version():
+            m._lines = {a: bytearray(v) for a, v in self._snap.items()}
+        else:                       # one pass over the dump, no snapshot kept
+            m._lines = self._fresh_lines()
         m.poisoned = set(self.poisoned)
         return m
 

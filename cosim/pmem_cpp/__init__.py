@@ -213,10 +213,7 @@ class CppMemory(MemoryImage):
 
     def copy(self) -> MemoryImage:
         m = MemoryImage(self.size, self.fill)
-        if self._snap is not None and self._snap_version == self._lib.tcxl_pmem_mem_version():
-            m._lines = {a: bytearray(v) for a, v in self._snap.items()}
-        else:                       # one pass over the dump, no snapshot kept
-            m._lines = self._fresh_lines()
+        m._lines = {a: bytearray(v) for a, v in self._lines.items()}
         m.poisoned = set(self.poisoned)
         return m
 

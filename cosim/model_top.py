@@ -12,14 +12,17 @@ run time who drives the design inputs the slot drives:
 Either way every port signal of the design is a wire of the top under its own name, so cocotb
 (and the boundary trace) reads what the design sees as ``dut.<signal>``. One simulator build
 serves both kinds of model. The slots: :func:`cosim.pmem_cpp.wrapper.pmem_slot` (media port),
-:func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels).
+:func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels). At run time the models' C++
+functions are reached with :func:`simulator_functions`.
 """
 from __future__ import annotations
 
+import ctypes
 import re
 from dataclasses import dataclass
 
-__all__ = ["ModelSlot", "model_top", "design_ports", "EXT_PREFIX", "outside_input"]
+__all__ = ["ModelSlot", "model_top", "design_ports", "EXT_PREFIX", "outside_input",
+           "simulator_functions"]
 
 EXT_PREFIX = "ext_"        # the top's inputs for a model outside the simulator
 
@@ -133,3 +136,17 @@ def outside_input(dut, select: str, handle):
         return getattr(dut, f"{EXT_PREFIX}{handle._name}")
     except AttributeError:        # a signal the model only reads
         return handle
+
+
+def simulator_functions(signatures: dict, missing: str):
+    """The running simulator's own C++ functions (the compiled models are linked with
+    -rdynamic) as a ``ctypes`` library, each of ``signatures`` (name -> (restype, argtypes))
+    typed. Raises ``RuntimeError(missing)`` when the first name is absent: a simulator built
+    without that model."""
+    lib = ctypes.CDLL(None)
+    if not hasattr(lib, next(iter(signatures))):
+        raise RuntimeError(missing)
+    for name, (res, args) in signatures.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    return lib

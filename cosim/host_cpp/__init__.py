@@ -23,54 +23,35 @@ needs the Python host too (its observers see each transaction as it happens).
 from __future__ import annotations
 
 import ctypes
+import functools
 import random
 
 from cosim.host_cpp.wrapper import ATTACH, BUSY, SELECT_PORT
+from cosim.model_top import simulator_functions
 
-__all__ = ["CppHost", "host_cpp_available", "HOST_MODELS"]
+__all__ = ["CppHost", "HOST_MODELS"]
 
 HOST_MODELS = ("python", "cpp")
 LINE = 64
 _ALL_BE = (1 << LINE) - 1
-_LIB = None
 _RESULT_FIELDS = 7       # done, t_sent, t_ndr, t_drs, ndr_op, drs_op, drs_poison
 
 
+@functools.cache
 def _lib():
-    """The simulator process's compiled-host functions (linked with -rdynamic)."""
-    global _LIB
-    if _LIB is None:
-        lib = ctypes.CDLL(None)
-        try:
-            lib.tcxl_host_submit
-        except AttributeError:
-            raise RuntimeError("this simulator has no compiled CXL.mem host: build the device "
-                               "with cosim.build.device_build(cfg)") from None
-        u, p = ctypes.c_uint, ctypes.c_void_p
-        sig = {
-            "tcxl_host_layout": (None, [u, u, u, u, p, u]),
-            "tcxl_host_reset": (None, []),
-            "tcxl_host_submit": (ctypes.c_int, [u, p, p]),
-            "tcxl_host_busy": (ctypes.c_int, []),
-            "tcxl_host_error": (ctypes.c_char_p, []),
-            "tcxl_host_edges": (ctypes.c_ulonglong, []),
-            "tcxl_host_results": (None, [p, p]),
-            "tcxl_host_stats": (None, [p]),
-        }
-        for name, (res, args) in sig.items():
-            f = getattr(lib, name)
-            f.restype, f.argtypes = res, args
-        _LIB = lib
-    return _LIB
-
-
-def host_cpp_available() -> bool:
-    """True inside a simulator built with the compiled host."""
-    try:
-        _lib()
-    except RuntimeError:
-        return False
-    return True
+    """The simulator process's compiled-host functions."""
+    u, p = ctypes.c_uint, ctypes.c_void_p
+    return simulator_functions({
+        "tcxl_host_submit": (ctypes.c_int, [u, p, p]),
+        "tcxl_host_layout": (None, [u, u, u, u, p, u]),
+        "tcxl_host_reset": (None, []),
+        "tcxl_host_busy": (ctypes.c_int, []),
+        "tcxl_host_error": (ctypes.c_char_p, []),
+        "tcxl_host_edges": (ctypes.c_ulonglong, []),
+        "tcxl_host_results": (None, [p, p]),
+        "tcxl_host_stats": (None, [p]),
+    }, "this simulator has no compiled CXL.mem host: build the device with "
+       "cosim.build.device_build(cfg)")
 
 
 class _Packer:

@@ -25,6 +25,7 @@ counts edges from time 0; the offset is taken on that first edge).
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 from collections import deque
 
@@ -34,6 +35,7 @@ import cocotb
 from cocotb.triggers import ReadOnly, RisingEdge, Timer
 
 from cosim.media import BandwidthServer
+from cosim.model_top import simulator_functions
 from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
 from cosim.pmem_cpp.wrapper import SELECT_PORT
 from cosim.tb.config import PMEM_MODELS
@@ -42,51 +44,39 @@ from sw_model.memory import LINE, MemoryImage
 __all__ = ["CppPmemModel", "CppMemory", "protocol_error", "cpp_available", "pmem_model",
            "PMEM_MODELS"]
 
-_LIB = None
 _GARBAGE_FN = ctypes.CFUNCTYPE(None, ctypes.c_ulonglong, ctypes.POINTER(ctypes.c_ubyte))
 _FAULT_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_ulonglong, ctypes.c_ulonglong,
                              ctypes.c_uint, ctypes.POINTER(ctypes.c_ubyte), ctypes.c_ulonglong)
 
 
+@functools.cache
 def _lib():
-    """The simulator process's C++ PMEM functions (linked with -rdynamic)."""
-    global _LIB
-    if _LIB is None:
-        lib = ctypes.CDLL(None)
-        try:
-            lib.tcxl_pmem_attach
-        except AttributeError:
-            raise RuntimeError("this simulator has no C++ PMEM model: build the device with "
-                               "cosim.build.device_build(cfg)") from None
-        u64, p = ctypes.c_ulonglong, ctypes.c_void_p
-        sig = {
-            "tcxl_pmem_attach": (None, [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
-                                        ctypes.c_int]),
-            "tcxl_pmem_edges": (u64, []),
-            "tcxl_pmem_set_bandwidth": (None, [u64, u64, u64, u64]),
-            "tcxl_pmem_error": (ctypes.c_char_p, []),
-            "tcxl_pmem_mem_read": (None, [u64, p, u64]),
-            "tcxl_pmem_mem_write": (None, [u64, ctypes.c_char_p, u64]),
-            "tcxl_pmem_mem_clear": (None, []),
-            "tcxl_pmem_mem_version": (u64, []),
-            "tcxl_pmem_poison_get": (ctypes.c_int, [u64]),
-            "tcxl_pmem_poison_set": (None, [u64, ctypes.c_int]),
-            "tcxl_pmem_poison_count": (u64, []),
-            "tcxl_pmem_poison_dump": (None, [p]),
-            "tcxl_pmem_mem_nlines": (u64, []),
-            "tcxl_pmem_mem_dump": (None, [p, p]),
-            "tcxl_pmem_stats": (None, [p]),
-            "tcxl_pmem_drop_in_flight": (None, []),
-            "tcxl_pmem_clear_log": (None, []),
-            "tcxl_pmem_state": (u64, [ctypes.POINTER(ctypes.c_void_p)]),
-            "tcxl_pmem_set_garbage": (None, [_GARBAGE_FN, p, ctypes.c_uint]),
-            "tcxl_pmem_set_fault_hook": (None, [_FAULT_FN]),
-        }
-        for name, (res, args) in sig.items():
-            f = getattr(lib, name)
-            f.restype, f.argtypes = res, args
-        _LIB = lib
-    return _LIB
+    """The simulator process's C++ PMEM functions."""
+    u64, p = ctypes.c_ulonglong, ctypes.c_void_p
+    return simulator_functions({
+        "tcxl_pmem_attach": (None, [ctypes.c_uint, ctypes.c_uint, ctypes.c_uint,
+                                    ctypes.c_int]),
+        "tcxl_pmem_edges": (u64, []),
+        "tcxl_pmem_set_bandwidth": (None, [u64, u64, u64, u64]),
+        "tcxl_pmem_error": (ctypes.c_char_p, []),
+        "tcxl_pmem_mem_read": (None, [u64, p, u64]),
+        "tcxl_pmem_mem_write": (None, [u64, ctypes.c_char_p, u64]),
+        "tcxl_pmem_mem_clear": (None, []),
+        "tcxl_pmem_mem_version": (u64, []),
+        "tcxl_pmem_poison_get": (ctypes.c_int, [u64]),
+        "tcxl_pmem_poison_set": (None, [u64, ctypes.c_int]),
+        "tcxl_pmem_poison_count": (u64, []),
+        "tcxl_pmem_poison_dump": (None, [p]),
+        "tcxl_pmem_mem_nlines": (u64, []),
+        "tcxl_pmem_mem_dump": (None, [p, p]),
+        "tcxl_pmem_stats": (None, [p]),
+        "tcxl_pmem_drop_in_flight": (None, []),
+        "tcxl_pmem_clear_log": (None, []),
+        "tcxl_pmem_state": (u64, [ctypes.POINTER(ctypes.c_void_p)]),
+        "tcxl_pmem_set_garbage": (None, [_GARBAGE_FN, p, ctypes.c_uint]),
+        "tcxl_pmem_set_fault_hook": (None, [_FAULT_FN]),
+    }, "this simulator has no C++ PMEM model: build the device with "
+       "cosim.build.device_build(cfg)")
 
 
 def cpp_available() -> bool:

@@ -8,12 +8,14 @@ name, and adds the slot's own wires and inputs; bad slots are refused with the r
 Verilator lints the result (it must elaborate), and the device's two slots are checked to
 drive disjoint signals of the real device.
 """
+import ctypes
 import subprocess
 
 import pytest
 
 from cosim import build as cb
-from cosim.model_top import EXT_PREFIX, ModelSlot, design_ports, model_top
+from cosim.model_top import (EXT_PREFIX, ModelSlot, design_ports, model_top,
+                              simulator_functions)
 
 DESIGN = """
 module dut(clk, rst, a, a_valid, y, done);
@@ -118,3 +120,12 @@ def test_device_slots_drive_disjoint_signals():
                                 for p in ("valid", "payload")} | \
         {f"{c}__ready" for c in ("s2m_ndr", "s2m_drs", "s2m_bisnp")}
     assert all(s.startswith("m_axi_") for s in pm.drives)
+
+
+def test_simulator_functions_types_what_exists_and_names_what_does_not():
+    """Outside a simulator the process's own symbols still hold the C library: a present
+    function comes back typed and callable; an absent first name raises the given message."""
+    lib = simulator_functions({"strlen": (ctypes.c_size_t, [ctypes.c_char_p])}, "no libc")
+    assert lib.strlen.restype is ctypes.c_size_t and lib.strlen(b"model") == 5
+    with pytest.raises(RuntimeError, match="^no such model here$"):
+        simulator_functions({"tcxl_no_such_function": (None, [])}, "no such model here")

@@ -118,74 +118,90 @@ struct Host {
         return b;
     }
 
+    // The NDR or DRS side of a transaction: the rules' prefix, the channel's name in messages,
+    // and the fields that keep its answer.
+    struct Side {
+        const char *rule, *name;
+        int Txn::*op;
+        int64_t Txn::*t;
+        uint32_t Txn::*mask;
+    };
+    static constexpr Side NDR{"ndr", "NDR", &Txn::ndr_op, &Txn::t_ndr, &Txn::ndr_mask};
+    static constexpr Side DRS{"drs", "DRS", &Txn::drs_op, &Txn::t_drs, &Txn::drs_mask};
+
+    void violation(const Side &s, const char *what, const std::string &msg) {
+        violation((std::string(s.rule) + "_" + what).c_str(), msg);
+    }
+
+    // The open transaction an answer with `tag` belongs to, or null (reported): no request is
+    // outstanding with that tag, or this side has answered it already.
+    Txn *owner(const Side &s, uint32_t op, uint32_t tag) {
+        auto it = open.find(tag);
+        if (it == open.end()) {
+            violation(s, "tag", std::string(s.name) + " opcode " + std::to_string(op) +
+                      " with tag " + tagstr(tag) + ", no request outstanding with it");
+            return nullptr;
+        }
+        Txn &t = txns[it->second];
+        if (t.*s.op >= 0) {
+            violation(s, "dup", std::string("second ") + s.name + " for tag " + tagstr(tag));
+            return nullptr;
+        }
+        return &t;
+    }
+
+    void check_sent(const Side &s, const Txn &t) {
+        if (t.t_sent < 0)
+            violation(s, "early", std::string(s.name) + " for tag " + tagstr(t.tag) +
+                      " before the request was transferred");
+    }
+
+    // The answer's opcode checked against the reference's mask, then recorded.
+    void accept(const Side &s, Txn &t, uint32_t op) {
+        uint32_t mask = t.*s.mask;
+        if (op >= 32 || !(mask >> op & 1))
+            violation(s, mask ? "opcode" : "unexpected",
+                      std::string(s.name) + " opcode " + std::to_string(op) + " for tag " +
+                      tagstr(t.tag) + "; the reference allows mask " + std::to_string(mask));
+        t.*s.op = int(op);
+        t.*s.t = int64_t(edge);
+        maybe_done(int(&t - txns.data()));
+    }
+
     void on_ndr(const svBitVecVal *p) {
         ++stats_ndr;
         uint32_t op = uint32_t(get_bits(p, ndr_op)), tag = uint32_t(get_bits(p, ndr_tag));
-        auto it = open.find(tag);
-        if (it == open.end()) {
-            violation("ndr_tag", "NDR opcode " + std::to_string(op) + " with tag " + tagstr(tag) +
-                      ", no request outstanding with it");
-            return;
-        }
-        Txn &t = txns[it->second];
-        if (t.ndr_op >= 0) {
-            violation("ndr_dup", "second NDR for tag " + tagstr(tag));
-            return;
-        }
-        if (t.t_sent < 0)
-            violation("ndr_early", "NDR for tag " + tagstr(tag) + " before the request was "
-                      "transferred");
-        if (op >= 32 || !(t.ndr_mask >> op & 1))
-            violation(t.ndr_mask ? "ndr_opcode" : "ndr_unexpected",
-                      "NDR opcode " + std::to_string(op) + " for tag " + tagstr(tag) +
-                      "; the reference allows mask " + std::to_string(t.ndr_mask));
-        t.ndr_op = int(op);
-        t.t_ndr = int64_t(edge);
-        maybe_done(it->second);
+        Txn *t = owner(NDR, op, tag);
+        if (!t) return;
+        check_sent(NDR, *t);
+        accept(NDR, *t, op);
     }
 
     void on_drs(const svBitVecVal *p) {
         ++stats_drs;
         uint32_t op = uint32_t(get_bits(p, drs_op)), tag = uint32_t(get_bits(p, drs_tag));
-        auto it = open.find(tag);
-        if (it == open.end()) {
-            violation("drs_tag", "DRS opcode " + std::to_string(op) + " with tag " + tagstr(tag) +
-                      ", no request outstanding with it");
+        Txn *t = owner(DRS, op, tag);
+        if (!t) return;
+        if (!t->read) {
+            violation(DRS, "unexpected", "DRS for tag " + tagstr(tag) + ", which reads no data");
             return;
         }
-        Txn &t = txns[it->second];
-        if (t.drs_op >= 0) {
-            violation("drs_dup", "second DRS for tag " + tagstr(tag));
-            return;
-        }
-        if (!t.read) {
-            violation("drs_unexpected", "DRS for tag " + tagstr(tag) + ", which reads no data");
-            return;
-        }
-        if (t.t_sent < 0)
-            violation("drs_early", "DRS for tag " + tagstr(tag) + " before the request was "
-                      "transferred");
+        check_sent(DRS, *t);
         for (unsigned i = 0; i < 64; ++i) {
             unsigned b = drs_data.off + 8 * i;
             uint32_t lo = p[b / 32] >> (b % 32);
             if (b % 32 > 24) lo |= p[b / 32 + 1] << (32 - b % 32);
-            t.data[i] = uint8_t(lo);
+            t->data[i] = uint8_t(lo);
         }
-        t.drs_poison = int(get_bits(p, drs_poison));
+        t->drs_poison = int(get_bits(p, drs_poison));
         if (op == nxm_op) {
             bool ones = true;
-            for (auto b : t.data) ones &= b == 0xFF;
-            if (!ones || !t.drs_poison)
+            for (auto b : t->data) ones &= b == 0xFF;
+            if (!ones || !t->drs_poison)
                 violation("nxm_data", "MemData-NXM for tag " + tagstr(tag) + " with poison=" +
-                          std::to_string(t.drs_poison) + " and data not all ones");
+                          std::to_string(t->drs_poison) + " and data not all ones");
         }
-        if (op >= 32 || !(t.drs_mask >> op & 1))
-            violation(t.drs_mask ? "drs_opcode" : "drs_unexpected",
-                      "DRS opcode " + std::to_string(op) + " for tag " + tagstr(tag) +
-                      "; the reference allows mask " + std::to_string(t.drs_mask));
-        t.drs_op = int(op);
-        t.t_drs = int64_t(edge);
-        maybe_done(it->second);
+        accept(DRS, *t, op);
     }
 };
 

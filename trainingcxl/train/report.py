@@ -162,5 +162,5 @@ def write_report(out: Path, rep: dict, refs: dict):
     (out / "summary.json").write_text(json.dumps(rep, indent=1, default=float))
     md = ["# TrainingCXL demo report", "", "```", summarize(rep).strip("\n"), "```", "",
           "![loss](loss.png)", "", "![cycles](cycles.png)", "",
-          f"Reproduce: `{rep.get('command') or 'trainingcxl train'}`.", ""]
+          f"Reproduce: `{rep['command']}`.", ""]
     (out / "report.md").write_text("\n".join(md))

@@ -10,6 +10,7 @@ difference, on a training error, or when the final memory outside staging differ
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -61,6 +62,21 @@ class TrainParams:
 
 def _say(msg: str):
     print(f"  {msg}", flush=True)
+
+
+@contextlib.contextmanager
+def _profiled(path: str | None):
+    """cProfile of this thread while the block runs, written to ``path`` after it (None:
+    nothing)."""
+    if not path:
+        yield
+        return
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
+    yield
+    prof.disable()
+    prof.dump_stats(path)
 
 
 @cocotb.test()
@@ -121,29 +137,15 @@ async def train_with_power_failures(dut):
                      f"{time.monotonic() - t0:6.0f} s")
 
     def run():
-        tprof = None
-        if spec.profile:                               # the trainer thread's own profile
-            import cProfile
-            tprof = cProfile.Profile()
-            tprof.enable()
-        res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
-        dev.final_check()
-        if tprof is not None:
-            tprof.disable()
-            tprof.dump_stats(spec.profile + ".trainer")
+        with _profiled(spec.profile and spec.profile + ".trainer"):   # the trainer thread
+            res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
+            dev.final_check()
         return res
 
-    prof = None
-    if spec.profile:                                   # cProfile of the simulator process
-        import cProfile
-        prof = cProfile.Profile()
-        prof.enable()
-    res = await bridge(run)()
-    if stim is not None:
-        _say(f"stimulus: {stim.cycles} cycles recorded in {stim.close()}")
-    if prof is not None:
-        prof.disable()
-        prof.dump_stats(spec.profile)
+    with _profiled(spec.profile):                      # the simulator process's cocotb side
+        res = await bridge(run)()
+        if stim is not None:
+            _say(f"stimulus: {stim.cycles} cycles recorded in {stim.close()}")
     wall = time.monotonic() - t0
     tables = dev.read_tables_q()
     np.savez(str(out) + ".tables.npz", *tables)

@@ -7,6 +7,8 @@ Besides the bytes, each line has one bit of media metadata, *poisoned* (docs/coh
 "Poison"): ``set_poison`` / ``is_poisoned`` / ``poisoned_lines``. ``write`` leaves it alone;
 the PMEM models decide when a write sets or clears it.
 """
+from dataclasses import dataclass
+
 import numpy as np
 
 LINE = 64
@@ -35,17 +37,18 @@ def _int_array(arr, dtype, lo: int, hi: int, what: str) -> np.ndarray:
     return a.astype(dtype)
 
 
-def differing_lines(a: "MemoryImage", b: "MemoryImage", *, skip: tuple[int, int] | None = None,
+def differing_lines(a: "MemoryImage | LineSnapshot", b: "MemoryImage | LineSnapshot", *, skip: tuple[int, int] | None = None,
                     limit: int | None = None) -> list[int]:
     """Ascending addresses of the lines whose contents differ between images ``a`` and ``b``
     (an unwritten line reads as its image's fill), lines in ``skip = (lo, hi)`` left out, at
     most ``limit`` of them (None: all). Contents only: poison bits are not compared
     (:meth:`MemoryImage.diff` compares both, line by line). Works on whole arrays
-    (:meth:`MemoryImage.line_arrays`), so images of millions of lines compare in seconds."""
+    (:meth:`MemoryImage.line_arrays`), so images of millions of lines compare in seconds.
+    Either side may be a :class:`LineSnapshot`."""
     aa, da = a.line_arrays()
     ab, db = b.line_arrays()
-    fill_a = np.frombuffer(a._fill_line, dtype=np.uint8)
-    fill_b = np.frombuffer(b._fill_line, dtype=np.uint8)
+    fill_a = np.full(LINE, a.fill, dtype=np.uint8)
+    fill_b = np.full(LINE, b.fill, dtype=np.uint8)
 
     def rows_differ(x, y):              # (n, 64) uint8 rows compared 8 bytes at a time
         return (x.view("<u8") != y.view("<u8")).any(axis=1)
@@ -65,6 +68,45 @@ def differing_lines(a: "MemoryImage", b: "MemoryImage", *, skip: tuple[int, int]
     if skip is not None:
         out = out[(out < skip[0]) | (out >= skip[1])]
     return [int(x) for x in (out if limit is None else out[:limit])]
+
+
+@dataclass(frozen=True, eq=False)
+class LineSnapshot:
+    """A memory image's contents as arrays: ``addrs`` (int64, ascending) and ``data`` (uint8,
+    ``(n, 64)``) of its written lines, ``poisoned`` line addresses, ``size`` and ``fill``.
+    Picklable in one piece (numpy buffers, no per-line objects), so a whole image travels to
+    another process cheaply; :func:`differing_lines` compares it like an image and
+    :meth:`to_image` makes a :class:`MemoryImage` of it again."""
+    size: int
+    fill: int
+    addrs: np.ndarray
+    data: np.ndarray
+    poisoned: tuple = ()
+
+    @classmethod
+    def of(cls, mem) -> "LineSnapshot":
+        """The snapshot of ``mem`` (anything with ``line_arrays``, ``size``, ``fill`` and
+        ``poisoned``: a :class:`MemoryImage` or one of the PMEM models' memories)."""
+        addrs, data = mem.line_arrays()
+        return cls(int(mem.size), int(mem.fill), addrs, data, tuple(sorted(mem.poisoned)))
+
+    def line_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.addrs, self.data
+
+    def read_line(self, addr: int) -> bytes:
+        """The 64 bytes of the line at ``addr`` (fill if unwritten)."""
+        i = int(np.searchsorted(self.addrs, addr))
+        if i < self.addrs.size and self.addrs[i] == addr:
+            return self.data[i].tobytes()
+        return bytes([self.fill]) * LINE
+
+    def to_image(self) -> "MemoryImage":
+        m = MemoryImage(self.size, self.fill)
+        raw = self.data.tobytes()
+        m._lines = {int(a): bytearray(raw[LINE * i:LINE * (i + 1)])
+                    for i, a in enumerate(self.addrs.tolist())}
+        m.poisoned = set(self.poisoned)
+        return m
 
 
 class MemoryImage:

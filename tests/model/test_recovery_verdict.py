@@ -1,4 +1,4 @@
-"""The main job's recovery verdict (``trainingcxl.train.rtl_device.recovery_problems``) judges a
+"""The main job's recovery verdict (``trainingcxl.train.twin.recovery_problems``) judges a
 recovered device from the host's own run, so it catches what a twin reseeded from the device's
 crash image cannot: here a device whose crash image lost its undo log (a logging bug) recovers
 to tables that its reseeded twin agrees with, and the verdict refuses them."""
@@ -7,7 +7,7 @@ import pytest
 
 from sw_model.embedding_device import ModelDevice, PowerFailure, StagingLayout
 from hw.config import DEFAULT
-from trainingcxl.train.rtl_device import recovery_problems
+from trainingcxl.train.twin import recovery_problems
 
 
 def _device(seed, rows=(40, 70), dims=(16, 32)):

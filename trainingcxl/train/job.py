@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from trainingcxl.train.report import build_report, summarize, write_report
+from trainingcxl.train.twin import TWIN_MODES
 
 
 def crash_schedule(seed: int, batches: int, n: int) -> list[tuple[int, float]]:
@@ -99,6 +100,11 @@ def _args(argv):
                          "the Python one (cosim/cxl_host; default with --trace, whose host "
                          "action log needs it); both send the same requests and check the "
                          "same answers (cosim/host_cpp)")
+    ap.add_argument("--twin", choices=TWIN_MODES, default="process",
+                    help="where the golden-model twin checks the RTL: in its own process, on "
+                         "another core, beside the simulator (default; a difference is raised "
+                         "a few calls after the one that found it) or inline in the simulator "
+                         "process (raised at once, with its traceback)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
@@ -219,7 +225,7 @@ def main(argv=None) -> int:
                        data=str(a.data.resolve()) if a.data is not None else None,
                        progress_every=10**9 if a.quiet else max(1, a.batches // 30),
                        profile=str(a.profile.resolve()) if a.profile else None,
-                       datapath=dpath)
+                       datapath=dpath, twin=a.twin)
     for p in (res_path, Path(str(res_path) + ".mlp"), Path(str(res_path) + ".tables.npz")):
         p.unlink(missing_ok=True)
     print("training with the RTL in the loop:", flush=True)

@@ -24,18 +24,22 @@ writes, torn in-flight words, staging garbage), the running primitive is cancell
 :class:`PowerFailure`; so do later ones until ``restart``. A crash may land in any phase:
 LOOKUP, the host's MLP time, UPDATE, SNAPSHOT, COMMIT.
 
-**Golden-model twin** (``twin``, a :class:`sw_model.embedding_device.ModelDevice` started from
+**Golden-model twin** (``twin``, a :mod:`trainingcxl.train.twin` checker over a
+:class:`sw_model.embedding_device.ModelDevice` started from
 the same tables): every primitive is applied to it too and must agree: every completion record
 (all fields but ``cycles``), every byte the host reads. After a power failure the twin gets a
 copy of the RTL's crash image and recovers it itself; the committed batch, MLP slot and epoch,
 and the whole memory outside staging must equal the RTL's recovery. That shows the RTL's
 recovery consistent with the model's on the same image, but nothing about the image: so first
-the RTL's recovery is judged from the host's own run (:func:`recovery_problems`): COMMITTED is
+the RTL's recovery is judged from the host's own run
+(:func:`trainingcxl.train.twin.recovery_problems`): COMMITTED is
 the twin's last committed batch, or the next one if the power failed during its COMMIT; the
 tables equal the twin's own tables at that batch (kept at every COMMIT, never taken from the
 image); the MLP slot holds a payload the host snapshotted at that epoch, with ``C - k <= epoch
 <= C``. :meth:`final_check` compares the whole memory outside staging at the end. Any
-difference raises :class:`TwinMismatch` (the run fails; it is a bug on one side).
+difference raises :class:`trainingcxl.train.twin.TwinMismatch` (the run fails; it is a bug on one
+side). With the twin in its own process (the default) a difference is raised by a later call
+than the one that found it, at the latest by the next recovery or memory comparison.
 
 Cycle accounting: ``phase_cycles[batch][phase]`` for phases lookup, mlp (the host's MLP time,
 ``mlp_cycles`` of waiting before each UPDATE), update, snapshot, commit, recover; and
@@ -52,19 +56,15 @@ import numpy as np
 from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
 
 from cosim.powerfail import power_fail
-from hw.encodings import CPL_FIELDS
 from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
-from sw_model.memory import differing_lines
+from sw_model.memory import LineSnapshot
 from sw_model.training import read_snap_slot
+from trainingcxl.train.twin import TwinMismatch
 
-__all__ = ["RtlDevice", "TwinMismatch", "recovery_problems"]
+__all__ = ["RtlDevice"]
 
 LINE = 64
 STATUS_SNAP_BUSY = 1 << 4
-
-
-class TwinMismatch(AssertionError):
-    """The RTL and the golden-model twin disagree."""
 
 
 def _lines_of(chunks):
@@ -82,42 +82,6 @@ def _lines_of(chunks):
             be |= ((1 << k) - 1) << off
             out[la] = (buf, be)
             o += k
-    return out
-
-
-def recovery_problems(*, c: int, committed: int, commit_in_flight: bool, tables,
-                      tables_committed, tables_open, slot: int, epoch: int,
-                      slot_payload: bytes | None, blobs: dict, lag: int | None) -> list[str]:
-    """What is wrong with a recovery, judged only from the host's own run.
-
-    ``c``, ``tables`` (int32 arrays), ``slot``/``epoch`` (MLP_SLOT, MLP_EPOCH) and
-    ``slot_payload`` (the chosen slot's stored payload) are what the recovered device shows.
-    The rest comes from the golden-model twin's run before the failure: ``committed`` (its
-    last committed batch), ``commit_in_flight`` (the power failed during the COMMIT of batch
-    ``committed + 1``), ``tables_committed`` (its tables at ``committed``), ``tables_open``
-    (its tables with the open batch's UPDATEs applied: what COMMIT ``committed + 1`` commits),
-    ``blobs`` (``{epoch: [payloads the host snapshotted at that epoch]}``), ``lag`` (MLP_LAG
-    k, or None). Returns the problems found (empty: legal)."""
-    out = []
-    legal = {committed, committed + 1} if commit_in_flight else {committed}
-    if c not in legal:
-        return [f"COMMITTED = {c}, the host's run allows {sorted(legal)}"]
-    want = tables_committed if c == committed else tables_open
-    for t, (w, g) in enumerate(zip(want, tables)):
-        if not np.array_equal(w, g):
-            r, e = (int(v[0]) for v in np.nonzero(w != g))
-            out.append(f"table {t} row {r} element {e}: {int(g[r, e])}, the host's run "
-                       f"has {int(w[r, e])} at batch {c}")
-    if slot not in (0, 1, 2):
-        out.append(f"MLP_SLOT = {slot}")
-    elif slot:
-        if not epoch <= c:
-            out.append(f"MLP_EPOCH {epoch} > COMMITTED {c}")
-        if slot_payload is None or slot_payload not in blobs.get(epoch, []):
-            out.append(f"MLP slot {slot} does not hold a payload the host snapshotted at "
-                       f"epoch {epoch}")
-    if lag is not None and c - lag > 0 and (slot == 0 or epoch < c - lag):
-        out.append(f"MLP (slot {slot}, epoch {epoch}) older than C - k = {c - lag}")
     return out
 
 
@@ -148,9 +112,6 @@ class RtlDevice(FixedPointEmbeddings):
         self.link: dict[str, int] = {}   # phase -> CXL.mem data bytes (64 per line moved)
         cfg = layout.cfg
         self.staging = (cfg.staging_base, cfg.staging_size)
-        # the host's own run, for judging a recovery (recovery_problems)
-        self._tables_committed = twin.read_tables_q() if twin is not None else None
-        self._rows_since_commit = [[] for _ in range(layout.n_tables)]   # UPDATE indices
         self._commit_in_flight = False
         self._blobs: dict[int, list] = {}
 
@@ -253,12 +214,7 @@ class RtlDevice(FixedPointEmbeddings):
     def read_mem(self, addr, n):
         got = self._call(self._a_read, addr, n)
         if self.twin is not None:
-            want = self.twin.read_mem(addr, n)
-            if want != got:
-                i = next(k for k in range(n) if want[k] != got[k])
-                raise TwinMismatch(f"host read of {n} B at {addr:#x} (batch {self.batch}, "
-                                   f"{self.phase}): first difference at byte {i}: model "
-                                   f"{want[i]:#04x}, RTL {got[i]:#04x}")
+            self.twin.check_read(addr, n, got, f"batch {self.batch}, {self.phase}")
         return got
 
     async def _a_read(self, addr, n):
@@ -271,13 +227,7 @@ class RtlDevice(FixedPointEmbeddings):
     def submit(self, descs):
         got = self._call(self._a_submit, descs)
         if self.twin is not None:
-            want = self.twin.submit(descs)
-            for k, (w, g) in enumerate(zip(want, got)):
-                bad = {f: (int(w[f]), int(g[f])) for f, _, _ in CPL_FIELDS
-                       if f != "cycles" and int(w[f]) != int(g[f])}
-                if bad:
-                    raise TwinMismatch(f"batch {self.batch} {self.phase}: completion {k} "
-                                       f"differs (model, RTL): {bad}")
+            self.twin.check_submit(descs, got, f"batch {self.batch} {self.phase}")
         return got
 
     async def _a_submit(self, descs):
@@ -324,39 +274,20 @@ class RtlDevice(FixedPointEmbeddings):
         return c, slot, epoch, n_rec
 
     def _twin_restart(self, c, slot, epoch):
-        tw = self.twin
-        tables = self.read_tables_q()
         payload = None
         if slot in (1, 2):
             _h, payload = read_snap_slot(self.layout.cfg, self.pmem.mem, slot - 1)
-        problems = recovery_problems(
-            c=c, committed=tw.dev.committed, commit_in_flight=self._commit_in_flight,
-            tables=tables, tables_committed=self._tables_committed,
-            tables_open=tw.read_tables_q(), slot=slot, epoch=epoch, slot_payload=payload,
-            blobs=self._blobs, lag=self.mlp_lag)
-        if problems:
-            raise TwinMismatch("recovery differs from the host's own run: "
-                               + "; ".join(problems[:4]))
-        self._tables_committed = tables
-        self._rows_since_commit = [[] for _ in tables]
+        self.twin.check_recovery(
+            c=c, slot=slot, epoch=epoch, tables=self.read_tables_q(), slot_payload=payload,
+            commit_in_flight=self._commit_in_flight, blobs=self._blobs, lag=self.mlp_lag,
+            crash_image=LineSnapshot.of(self.crash_image.mem))
         self._commit_in_flight = False
-        tw.restart_from(self.crash_image.mem)
-        got = (c, slot, epoch)
-        want = (tw.dev.committed, tw.dev.mlp_slot, tw.dev.mlp_epoch)
-        if got != want:
-            raise TwinMismatch(f"recovery: RTL (C, MLP_SLOT, MLP_EPOCH) = {got}, model {want}")
         self.compare_memory("after recovery")
 
     def compare_memory(self, what: str):
         """The memory outside staging equal on both sides (RTL PMEM image, twin's memory)."""
-        if self.twin is None:
-            return
-        s0, s1 = self.staging[0], self.staging[0] + self.staging[1]
-        a, b = self.pmem.mem, self.twin.mem
-        for la in differing_lines(a, b, skip=(s0, s1), limit=1):
-            raise TwinMismatch(f"{what}: memory line {la:#x} differs: RTL "
-                               f"{a.read(la, LINE).hex()[:32]}..., model "
-                               f"{b.read(la, LINE).hex()[:32]}...")
+        if self.twin is not None:
+            self.twin.compare_memory(what, LineSnapshot.of(self.pmem.mem))
 
     # ------------------------------------------------------------------ phases
     def lookup_q(self, batch, bags, *, log=True):
@@ -367,8 +298,8 @@ class RtlDevice(FixedPointEmbeddings):
 
     def update_q(self, batch, bags, grads_q, lr_q):
         self.batch = batch
-        for t, (_, x) in enumerate(bags):
-            self._rows_since_commit[t].append(np.asarray(x, dtype=np.int64))
+        if self.twin is not None:
+            self.twin.note_update([x for _, x in bags])
         if self.mlp_cycles:
             self.phase = "mlp"
             self._call(self._a_wait, self.mlp_cycles)
@@ -396,26 +327,15 @@ class RtlDevice(FixedPointEmbeddings):
         self.phase = "commit"
         super().commit_q(batch)
         if self.twin is not None:
-            self._note_committed_rows()
+            self.twin.note_commit()
         self.phase = "idle"
-
-    def _note_committed_rows(self):
-        """The twin's tables at this COMMIT, kept for judging a recovery: only UPDATE writes
-        table rows, so the rows of the UPDATE bags since the last COMMIT are copied from the
-        twin (not the whole tables: they may hold millions of rows)."""
-        for t, pending in enumerate(self._rows_since_commit):
-            if not pending:
-                continue
-            tab = self._tables_committed[t]
-            rows = np.unique(np.concatenate(pending))
-            rows = rows[(rows >= 0) & (rows < tab.shape[0])]
-            tab[rows] = self.twin.read_rows_q(t, rows)
-            pending.clear()
 
     def final_check(self):
         """At the end: the whole memory outside staging equals the twin's."""
         resume(self._a_quiesce)()
         self.compare_memory("end of training")
+        if self.twin is not None:
+            self.twin.close()
 
     async def _a_quiesce(self):
         task = getattr(self, "_arm_task", None)

@@ -28,8 +28,8 @@ from cosim.media import MediaTiming
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig
 from trainingcxl.train.rtl_device import RtlDevice
+from trainingcxl.train.twin import make_twin
 from sw_model.dlrm import DLRM, DLRMConfig, init_tables, npz_data, synthetic_data, train
-from sw_model.embedding_device import ModelDevice
 from sw_model.memory import MemoryImage
 
 CLOCK_NS = 10
@@ -44,7 +44,8 @@ class TrainParams:
     ``data``: an npz click log (None: synthetic);
     ``out``: the result JSON; ``profile``: write a cProfile of the simulator process's cocotb
     side there and one of the trainer thread to ``<profile>.trainer``;
-    ``datapath``: a sample cache and sampler (``trainingcxl.shade.job.prepare``), or None."""
+    ``datapath``: a sample cache and sampler (``trainingcxl.shade.job.prepare``), or None;
+    ``twin``: where the golden-model twin runs (``trainingcxl.train.twin.make_twin``)."""
     bench: BenchConfig
     model: DLRMConfig
     batches: int
@@ -58,6 +59,7 @@ class TrainParams:
     profile: str | None = None
     datapath: dict | None = None     # sample store, cache and sampler (trainingcxl.shade.job)
     media: MediaTiming | None = None
+    twin: str = "process"          # trainingcxl.train.twin.TWIN_MODES
 
 
 def _say(msg: str):
@@ -109,7 +111,7 @@ async def train_with_power_failures(dut):
     init = MemoryImage(1 << cfg.addr_bits)
     for t, tab in enumerate(tables0):
         init.write(layout.table_base[t], tab.astype("<i4").tobytes())
-    twin = ModelDevice(layout, tables0, mlp_lag=mcfg.lag_k, seed=seed)
+    twin = make_twin(spec.twin, layout, tables0, mlp_lag=mcfg.lag_k, seed=seed)
     dev = RtlDevice(layout, drv=drv, twin=twin, mlp_lag=mcfg.lag_k,
                     mlp_cycles=spec.mlp_cycles, seed=seed, log=_say)
     t0 = time.monotonic()
@@ -138,8 +140,12 @@ async def train_with_power_failures(dut):
 
     def run():
         with _profiled(spec.profile and spec.profile + ".trainer"):   # the trainer thread
-            res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
-            dev.final_check()
+            try:
+                res = train(dev, model, data, n, mcfg, progress=progress, data_feedback=dpath)
+                dev.final_check()
+            except BaseException:
+                getattr(twin, "kill", twin.close)()     # its verdict no longer matters
+                raise
         return res
 
     with _profiled(spec.profile):                      # the simulator process's cocotb side

@@ -79,6 +79,57 @@ class _Packer:
         return bits
 
 
+@functools.cache
+def _packers() -> tuple[_Packer, _Packer]:
+    """The ``m2s_req`` and ``m2s_rwd`` packers (one pair per process: a host is made at every
+    power-on and attach)."""
+    return _Packer("m2s_req"), _Packer("m2s_rwd")
+
+
+@functools.cache
+def _response_layout() -> tuple:
+    """``tcxl_host_layout``'s arguments: the M2S words per message, the S2M NDR and DRS words
+    and the offset and width of each field the C++ side reads, MemData-NXM's opcode."""
+    from hw.cxl.messages import message_layout
+    from hw.cxl_encodings import DRSOpcode
+    req, rwd = _packers()
+    ndr, drs = message_layout("s2m_ndr"), message_layout("s2m_drs")
+
+    def field(lay, name):
+        if name == "data":
+            return (lay["data"].offset, 512)
+        h = lay["hdr"]
+        f = h.shape[name]
+        return (h.offset + f.offset, f.width)
+    fs = [field(ndr, "opcode"), field(ndr, "tag"), field(drs, "opcode"), field(drs, "tag"),
+          field(drs, "poison"), field(drs, "data")]
+    arr = (ctypes.c_uint * 12)(*[v for f in fs for v in f])
+    return (req.words, rwd.words, (ndr.size + 31) // 32, (drs.size + 31) // 32, arr,
+            int(DRSOpcode.MEM_DATA_NXM))
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _answer_masks(cfg, channel: str, opcode: int, snp: int, mf: int, mv: int,
+                  region: str | None, poison: int) -> tuple[bool, int, int]:
+    """(need_ndr, NDR opcode mask, DRS opcode mask) the coherence reference allows for a
+    header of these fields in ``region`` (the reference's answer depends on the address only
+    through its region: ``sw_model.coherence.host_region``)."""
+    from cosim.cxl_host.protocol import Reference
+    addr = (getattr(cfg, region + "_base") if region is not None else
+            1 << cfg.addr_bits) // LINE       # a line of that region (or outside HDM)
+    hdr = dict(opcode=opcode, snp_type=snp, meta_field=mf, meta_value=mv, addr=addr, tag=0)
+    if channel == "m2s_rwd":
+        hdr["poison"] = poison
+    e = Reference(cfg).expect(channel, hdr)
+
+    def mask(want):
+        if want is None:
+            return 0
+        vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
+        return sum(1 << int(v) for v in vals)
+    return e.ndr is not None, mask(e.ndr), mask(e.drs)
+
+
 class CppHost:
     """The compiled host on the device top ``dut`` (module docstring).
 
@@ -90,28 +141,11 @@ class CppHost:
     :meth:`detach` holds them not ready, :meth:`close` ends it (a power cycle)."""
 
     def __init__(self, dut, cfg, *, seed: int, period: int):
-        from cosim.cxl_host.protocol import Reference
-        from hw.cxl.messages import message_layout
         self.dut, self.cfg, self.seed, self.period = dut, cfg, seed, period
         self._lib = lib = _lib()
         self._next_tag = random.Random(seed).randrange(1 << 16)
-        self.reference = Reference(cfg)
-        self._expect_cache: dict = {}
-        self._req, self._rwd = _Packer("m2s_req"), _Packer("m2s_rwd")
-        ndr, drs = message_layout("s2m_ndr"), message_layout("s2m_drs")
-
-        def field(lay, name):
-            if name == "data":
-                return (lay["data"].offset, 512)
-            h = lay["hdr"]
-            f = h.shape[name]
-            return (h.offset + f.offset, f.width)
-        from hw.cxl_encodings import DRSOpcode
-        fs = [field(ndr, "opcode"), field(ndr, "tag"), field(drs, "opcode"), field(drs, "tag"),
-              field(drs, "poison"), field(drs, "data")]
-        arr = (ctypes.c_uint * 12)(*[v for f in fs for v in f])
-        lib.tcxl_host_layout(self._req.words, self._rwd.words, (ndr.size + 31) // 32,
-                             (drs.size + 31) // 32, arr, int(DRSOpcode.MEM_DATA_NXM))
+        self._req, self._rwd = _packers()
+        lib.tcxl_host_layout(*_response_layout())
         lib.tcxl_host_reset()
         self._attach = getattr(dut, ATTACH)
         self._attach.value = 1
@@ -152,21 +186,10 @@ class CppHost:
 
     def _masks(self, channel: str, hdr: dict):
         """(need_ndr, ndr mask, drs mask) of the reference's answer to ``hdr``."""
-        key = (channel, hdr["opcode"], hdr["snp_type"], hdr["meta_field"], hdr["meta_value"],
-               hdr["addr"], hdr.get("poison", 0))
-        got = self._expect_cache.get(key)
-        if got is None:
-            e = self.reference.expect(channel, dict(hdr, tag=0))
-
-            def mask(want):
-                if want is None:
-                    return 0
-                vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
-                return sum(1 << int(v) for v in vals)
-            got = (e.ndr is not None, mask(e.ndr), mask(e.drs))
-            if len(self._expect_cache) < 1 << 16:
-                self._expect_cache[key] = got
-        return got
+        from sw_model.coherence import host_region
+        return _answer_masks(self.cfg, channel, hdr["opcode"], hdr["snp_type"],
+                             hdr["meta_field"], hdr["meta_value"],
+                             host_region(self.cfg, hdr["addr"]), hdr.get("poison", 0))
 
     async def _run(self, reqs, timeout: int):
         """Send ``reqs`` (``(channel, hdr, data, be, reads)``), wait until every one is

@@ -377,18 +377,21 @@ DEVICE_SIM_TOP = "trainingcxl_device_models"
 
 def device_build(cfg, **kw) -> "Build":
     """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`) in the
-    top :data:`DEVICE_SIM_TOP` of :mod:`cosim.model_top`, with two compiled models on its ports:
-    the C++ PMEM model on the media port (:mod:`cosim.pmem_cpp`) and the compiled CXL.mem host
-    on the host channels (:mod:`cosim.host_cpp`). Each run picks, per port, the compiled model
-    or the Python one driving the top's ``ext_*`` inputs (``BenchConfig.pmem``, the driver's
-    ``host``). One build serves all four combinations."""
+    top :data:`DEVICE_SIM_TOP` of :mod:`cosim.model_top`, with three compiled models on its
+    ports: the C++ PMEM model on the media port (:mod:`cosim.pmem_cpp`), the compiled CXL.mem
+    host on the host channels (:mod:`cosim.host_cpp`) and the compiled AXI4-Lite master on the
+    CSR port (:mod:`cosim.csr_cpp`). Each run picks, per port, the compiled model or the Python
+    one driving the top's ``ext_*`` inputs (``BenchConfig.pmem``, the driver's ``host`` and
+    ``csr``). One build serves every combination."""
+    from cosim.csr_cpp.wrapper import CPP_SOURCE as CSR_CPP, csr_slot
     from cosim.host_cpp.wrapper import CPP_SOURCE as HOST_CPP, host_slot
     from cosim.model_top import model_top
     from cosim.pmem_cpp.wrapper import CPP_SOURCE as PMEM_CPP, pmem_slot
     v = device_verilog(cfg)
     top = "trainingcxl_device"
-    return build(model_top(v, top, DEVICE_SIM_TOP, [pmem_slot(v, top), host_slot(v, top)]),
-                 top=DEVICE_SIM_TOP, cpp_sources=(PMEM_CPP, HOST_CPP), **kw)
+    slots = [pmem_slot(v, top), host_slot(v, top), csr_slot(v, top)]
+    return build(model_top(v, top, DEVICE_SIM_TOP, slots), top=DEVICE_SIM_TOP,
+                 cpp_sources=(PMEM_CPP, HOST_CPP, CSR_CPP), **kw)
 
 
 def _tool_versions() -> str:

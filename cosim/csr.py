@@ -10,8 +10,10 @@ through the one loader ``hw.csr.regmap.regmap_document``.
     await csr.expect_error_write(0x00C, 0)       # unmapped: SLVERR
 
 ``CsrMaster`` wraps cocotbext-axi's ``AxiLiteMaster`` on the ports ``<prefix>__awaddr``...
-(an Amaranth port named ``<prefix>``). Every named access checks the response: a non-OKAY
-response raises :class:`CsrResponseError` (pass ``check=False`` to get it back instead).
+(an Amaranth port named ``<prefix>``); ``cosim.csr_cpp.CppCsrMaster`` is the same interface on
+the master compiled into the simulator. Both are :class:`CsrAccess`: every named access checks
+the response: a non-OKAY response raises :class:`CsrResponseError` (pass ``check=False`` to get
+it back instead).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from hw.csr.regmap import regmap_document
 
-__all__ = ["CsrMap", "CsrMaster", "CsrResponseError", "OKAY", "SLVERR"]
+__all__ = ["CsrAccess", "CsrMap", "CsrMaster", "CsrResponseError", "OKAY", "SLVERR"]
 
 OKAY, SLVERR = 0b00, 0b10
 
@@ -86,34 +88,30 @@ class CsrMap:
         return "w" in self.register(reg)["sw"]
 
 
-class CsrMaster:
-    """CSR access by name over AXI4-Lite (cocotbext-axi ``AxiLiteMaster``)."""
+class CsrAccess:
+    """CSR access by register name on top of a transport's ``raw_read(addr) -> (data, resp)``
+    and ``raw_write(addr, value, strb) -> resp`` (:class:`CsrMaster`,
+    ``cosim.csr_cpp.CppCsrMaster``)."""
 
-    def __init__(self, dut, prefix="axil", clock=None, reset=None, regmap: CsrMap | None = None):
-        from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+    def __init__(self, regmap: CsrMap | None = None):
         self.map = regmap if regmap is not None else CsrMap()
-        clock = clock if clock is not None else dut.clk
-        # Amaranth names the port members <prefix>__awaddr; cocotbext joins prefix + "_" + name
-        self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, prefix + "_"), clock, reset)
 
-    # ---- raw ----------------------------------------------------------------------------------
     async def raw_read(self, addr: int) -> tuple[int, int]:
-        """(data, resp) of a 32-bit read at byte address ``addr``."""
-        r = await self.axil.read(addr, 4)
-        return int.from_bytes(r.data, "little"), int(r.resp)
+        raise NotImplementedError
 
     async def raw_write(self, addr: int, value: int, strb: int = 0xF) -> int:
-        """Write ``value`` at ``addr`` with byte enables ``strb`` (contiguous bytes only: the
-        AxiLiteMaster derives WSTRB from address and length); returns the response."""
+        raise NotImplementedError
+
+    @staticmethod
+    def _check_strb(strb: int) -> tuple[int, int]:
+        """(first byte, byte count) of the byte enables ``strb`` (non-empty, contiguous)."""
         if strb == 0 or strb > 0xF:
             raise ValueError(f"strb must be a non-empty 4-bit mask, got {strb:#x}")
         first = (strb & -strb).bit_length() - 1
         n = strb.bit_length() - first
         if strb != ((1 << n) - 1) << first:
             raise ValueError(f"strb {strb:#06b} is not contiguous")
-        data = (int(value) & 0xFFFF_FFFF).to_bytes(4, "little")[first:first + n]
-        r = await self.axil.write((addr & ~3) + first, data)
-        return int(r.resp)
+        return first, n
 
     async def expect_error_write(self, addr: int, value: int = 0) -> None:
         """Write expecting SLVERR (read-only or unmapped); raises CsrResponseError otherwise."""
@@ -182,3 +180,34 @@ class CsrMaster:
     def _where(self, addr: int) -> str:
         name = self.map.name_at(addr)
         return f"{addr:#05x}" + (f" ({name})" if name else " (unmapped)")
+
+
+class CsrMaster(CsrAccess):
+    """CSR access by name over AXI4-Lite (cocotbext-axi ``AxiLiteMaster``). On a top that can
+    also carry the compiled master (:mod:`cosim.csr_cpp.wrapper`: a ``csr_cpp`` input) it drives
+    that top's ``ext_<prefix>__<signal>`` inputs, with ``csr_cpp`` low."""
+
+    def __init__(self, dut, prefix="axil", clock=None, reset=None, regmap: CsrMap | None = None):
+        from cocotbext.axi import AxiLiteBus, AxiLiteMaster
+        from cosim.csr_cpp.wrapper import SELECT_PORT
+        from cosim.model_top import redirect_bus
+        super().__init__(regmap)
+        clock = clock if clock is not None else dut.clk
+        # Amaranth names the port members <prefix>__awaddr; cocotbext joins prefix + "_" + name
+        bus = AxiLiteBus.from_prefix(dut, prefix + "_")
+        redirect_bus(dut, SELECT_PORT, (bus.write.aw, bus.write.w, bus.write.b, bus.read.ar,
+                                        bus.read.r))
+        self.axil = AxiLiteMaster(bus, clock, reset)
+
+    async def raw_read(self, addr: int) -> tuple[int, int]:
+        """(data, resp) of a 32-bit read at byte address ``addr``."""
+        r = await self.axil.read(addr, 4)
+        return int.from_bytes(r.data, "little"), int(r.resp)
+
+    async def raw_write(self, addr: int, value: int, strb: int = 0xF) -> int:
+        """Write ``value`` at ``addr`` with byte enables ``strb`` (contiguous bytes only: the
+        AxiLiteMaster derives WSTRB from address and length); returns the response."""
+        first, n = self._check_strb(strb)
+        data = (int(value) & 0xFFFF_FFFF).to_bytes(4, "little")[first:first + n]
+        r = await self.axil.write((addr & ~3) + first, data)
+        return int(r.resp)

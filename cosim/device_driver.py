@@ -62,6 +62,9 @@ class DeviceDriver:
     ``host``: the CXL.mem host model, ``"python"`` (``cosim.cxl_host``, the default) or
     ``"cpp"`` (``cosim.host_cpp``: the same requests and checks, compiled into the simulator;
     on a ``cosim.build.device_build`` top, without the host action log).
+    ``csr_model``: the CSR master when ``csr`` is None, ``"python"`` (cocotbext-axi, the
+    default) or ``"cpp"`` (``cosim.csr_cpp``: compiled into a ``cosim.build.device_build``
+    top; :meth:`wait_head` is then one job of the compiled master).
     """
 
     M2S_CHANNELS = ("m2s_req", "m2s_rwd", "m2s_birsp")
@@ -73,12 +76,18 @@ class DeviceDriver:
 
     def __init__(self, dut, pmem, cfg, *, clock=None, reset=None, csr=None, poll=16,
                  via_host=True, host_seed=0, log=None, quiet=True, use_irq=True,
-                 detach_while_waiting=False, host="python"):
+                 detach_while_waiting=False, host="python", csr_model="python"):
+        from cosim.csr_cpp import CSR_MODELS
         self.dut = dut
         self.pmem = pmem
         self.cfg = cfg
         self.clock = clock if clock is not None else dut.clk
         self.reset_sig = reset if reset is not None else dut.rst
+        if csr_model not in CSR_MODELS:
+            raise ValueError(f"csr_model must be one of {CSR_MODELS}, got {csr_model!r}")
+        if csr is None and csr_model == "cpp":
+            from cosim.csr_cpp import CppCsrMaster
+            csr = CppCsrMaster(dut, period=lambda: pmem.period)
         self.csr = csr if csr is not None else _make_csr(dut, self.clock, self.reset_sig)
         axil = getattr(self.csr, "axil", None)
         if axil is not None and quiet:              # one INFO line per access otherwise
@@ -416,10 +425,22 @@ class DeviceDriver:
     async def wait_head(self, target: int, timeout: int = 500_000):
         """Wait until CPL_HEAD == ``target``. With an ``irq`` port and ``use_irq``: sleep on the
         interrupt (IRQ_ENABLE.CPL, IRQ_STATUS.CPL cleared before each check, so no completion
-        is missed), else poll every ``poll`` cycles."""
+        is missed), else poll every ``poll`` cycles. A CSR master with ``poll`` (the compiled
+        one) runs the whole wait as one job."""
         from cocotb.triggers import First
         irq = getattr(self.dut, "irq", None) if self.use_irq else None
         t0 = self.pmem.cycle
+        if hasattr(self.csr, "poll"):
+            clear = ("IRQ_STATUS", self.IRQ_CPL) if irq is not None else None
+            matched, _, _ = await self.csr.poll("CPL_HEAD", target, clear=clear,
+                                                wait=4096 if irq is not None else self.poll,
+                                                timeout=timeout)
+            if not matched:
+                raise DriverError(f"CPL_HEAD did not reach {target} in "
+                                  f"{self.pmem.cycle - t0} cycles (CMD_HEAD "
+                                  f"{await self.read('CMD_HEAD')}): {await self.error_state()}")
+            self.cycles_waited += self.pmem.cycle - t0
+            return
         while True:
             if irq is not None:
                 await self.write("IRQ_STATUS", self.IRQ_CPL)      # write 1 to clear

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["ModelSlot", "model_top", "design_ports", "EXT_PREFIX", "outside_input",
-           "simulator_functions"]
+           "redirect_bus", "simulator_functions"]
 
 EXT_PREFIX = "ext_"        # the top's inputs for a model outside the simulator
 
@@ -40,7 +40,8 @@ class ModelSlot:
     the model module's port connected to it; ``drives``: the design's input signals the model
     drives (the others in ``ports`` it only reads); ``wires``: outputs of the model that are
     no design port, as wires of the top (``(name, module port, width)``); ``inputs``: inputs of
-    the model that are no design port, as inputs of the top a testbench drives (same form)."""
+    the model that are no design port, as inputs of the top a testbench drives (same form);
+    ``select_port``: the model module's input that sees its own select (None: none)."""
     module: str
     text: str
     instance: str
@@ -49,6 +50,7 @@ class ModelSlot:
     drives: tuple
     wires: tuple = ()       # (name, module port, width): the model's own outputs, top wires
     inputs: tuple = ()      # (name, module port, width): the model's own inputs, top inputs
+    select_port: str | None = None
 
 
 def design_ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
@@ -118,6 +120,8 @@ def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
         pc += [f"    .{mp}({'cpp_' + sig if sig in s.drives else sig})"
                for sig, mp in s.ports.items()]
         pc += [f"    .{mp}({name})" for name, mp, _ in s.wires + s.inputs]
+        if s.select_port:
+            pc.append(f"    .{s.select_port}({s.select})")
         lines.append(f"  {s.module} {s.instance} (\n" + ",\n".join(pc) + "\n  );")
     lines.append("endmodule\n")
     return verilog_text + "".join(s.text for s in slots) + "\n".join(lines)
@@ -136,6 +140,18 @@ def outside_input(dut, select: str, handle):
         return getattr(dut, f"{EXT_PREFIX}{handle._name}")
     except AttributeError:        # a signal the model only reads
         return handle
+
+
+def redirect_bus(dut, select: str, parts) -> None:
+    """Point every signal of the cocotb-bus ``parts`` (e.g. an AXI bus's channels) that the
+    top of :func:`model_top` lets the outside drive (``outside_input``) at its ``ext_`` input,
+    so a Python model built on them drives the top's inputs; the others stay as they are."""
+    for part in parts:
+        for attr, handle in list(part._signals.items()):
+            ext = outside_input(dut, select, handle)
+            if ext is not handle:
+                part._signals[attr] = ext
+                setattr(part, attr, ext)
 
 
 def simulator_functions(signatures: dict, missing: str):

@@ -433,19 +433,6 @@ class ClockCount:
         return self.cycle_at(_now())
 
 
-def _drive_outside_inputs(dut, bus) -> None:
-    """On a top with the C++ model's select input, point the slave-driven signals of ``bus``
-    at the top's ``ext_`` inputs (the wires of the same names are what the design sees)."""
-    from cosim.model_top import outside_input
-    from cosim.pmem_cpp.wrapper import SELECT_PORT
-    for part in (bus.write.aw, bus.write.w, bus.write.b, bus.read.ar, bus.read.r):
-        for attr, handle in list(part._signals.items()):
-            ext = outside_input(dut, SELECT_PORT, handle)
-            if ext is not handle:
-                part._signals[attr] = ext
-                setattr(part, attr, ext)
-
-
 class PmemModel(ClockCount, Reset):
     """AXI4 slave PMEM model on the AXI master port ``<prefix>_<signal>`` of ``dut``.
 
@@ -489,7 +476,10 @@ class PmemModel(ClockCount, Reset):
         self._t_first = None      # time of the first rising edge (bandwidth edge numbers)
 
         bus = AxiBus.from_prefix(dut, prefix)
-        _drive_outside_inputs(dut, bus)
+        from cosim.model_top import redirect_bus
+        from cosim.pmem_cpp.wrapper import SELECT_PORT
+        redirect_bus(dut, SELECT_PORT, (bus.write.aw, bus.write.w, bus.write.b, bus.read.ar,
+                                        bus.read.r))
         self.width = len(bus.read.r.rdata)
         self.byte_lanes = self.width // 8
         self.strb_mask = (1 << self.byte_lanes) - 1

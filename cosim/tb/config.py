@@ -37,7 +37,9 @@ class BenchConfig:
     ``cosim.tb.device`` and the training job only). ``host``: the CXL.mem host of the
     device driver, ``"python"`` (:mod:`cosim.cxl_host`) or ``"cpp"`` (:mod:`cosim.host_cpp`,
     compiled into every ``cosim.build.device_build(cfg)``; uncached traffic only, no action
-    log).
+    log). ``csr``: the device driver's AXI4-Lite CSR master, ``"python"``
+    (:class:`cosim.csr.CsrMaster`, cocotbext-axi) or ``"cpp"`` (:mod:`cosim.csr_cpp`, compiled
+    into every ``cosim.build.device_build(cfg)``).
     """
     device: DeviceConfig = DeviceConfig()
     latency: int | None = None
@@ -48,6 +50,7 @@ class BenchConfig:
     strict_media: bool = False
     pmem: str = "python"
     host: str = "python"
+    csr: str = "python"
 
 
 def bench_config() -> BenchConfig:

@@ -64,7 +64,7 @@ class DeviceTB:
         self.cfg = cfg = self.bench.device
         self.seed = random.getrandbits(32)
         dut._log.info(f"{name}: seed={self.seed} latency={latency} stall={stall} "
-                      f"pmem={self.bench.pmem} host={self.bench.host}")
+                      f"pmem={self.bench.pmem} host={self.bench.host} csr={self.bench.csr}")
         self.name = name
         self.rng = np.random.default_rng(self.seed)
         self.map = CsrMap()
@@ -76,7 +76,7 @@ class DeviceTB:
                                stall=stalls, mem=MemoryImage(1 << ab), log_writes=False,
                                read_bandwidth=read_bandwidth, write_bandwidth=write_bandwidth)
         self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed,
-                                host=self.bench.host)
+                                host=self.bench.host, csr_model=self.bench.csr)
         # BenchConfig.trace: record the boundary trace and the host action log (docs/traces.md)
         self.trace = None
         if self.bench.trace:

@@ -44,17 +44,20 @@ def test_lint_catches_a_warning(tmp_path):
     assert r.returncode != 0 and "%Warning" in r.stderr
 
 
-@pytest.mark.parametrize("model", ["pmem", "host"])
+@pytest.mark.parametrize("model", ["pmem", "host", "csr"])
 def test_compiled_model_wrappers_lint_clean(model, tmp_path):
     """The Verilog that puts a compiled model on the device's ports (the C++ PMEM model on the
-    media port, the compiled CXL.mem host on the host channels) adds no warning: each model's
+    media port, the compiled CXL.mem host on the host channels, the compiled AXI4-Lite master
+    on the CSR port) adds no warning: each model's
     module itself under ``-Wall`` (for the default and the 128-bit media width). The device
     with them in the new top is verilated under the three waivers by every simulator build of
     the device, which fails on a warning (tests/cosim/infra:
     test_build_fails_on_a_lint_warning)."""
+    from cosim.csr_cpp.wrapper import CSR_MODULE, csr_slot
     from cosim.host_cpp.wrapper import HOST_MODULE, host_slot
     from cosim.pmem_cpp.wrapper import PMEM_MODULE, pmem_slot
-    module, slot = {"pmem": (PMEM_MODULE, pmem_slot), "host": (HOST_MODULE, host_slot)}[model]
+    module, slot = {"pmem": (PMEM_MODULE, pmem_slot), "host": (HOST_MODULE, host_slot),
+                    "csr": (CSR_MODULE, csr_slot)}[model]
     env = cb.verilator_env()
     for name, cfg in (("default", DeviceConfig()), ("fpga-ecp5-log136",
                                                      LINT_CONFIGS["fpga-ecp5-log136"])):

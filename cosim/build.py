@@ -686,6 +686,12 @@ def _vvp_is_sv(vvp: Path) -> bool:
     return any(line.startswith(":vpi_module") and "v2009.vpi" in line for line in head)
 
 
+# The simulator process evaluates the design on one thread; numpy's BLAS worker threads (spun up
+# by the benches' small matrix products, e.g. the main job's DLRM) only busy-wait against it and
+# against the processes beside it (the main job's golden-model twin), so they are kept to one.
+_BLAS_THREAD_VARS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _fresh_run_dir(test_module: str) -> Path:
     runs = Path("build", "runs").resolve()
     runs.mkdir(parents=True, exist_ok=True)
@@ -731,6 +737,9 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     log = test_dir / "sim.log" if capture else None
     env = {str(k): str(v) for k, v in (extra_env or {}).items()}
     env.setdefault("PYTHONWARNINGS", SIM_WARNINGS)
+    for var in _BLAS_THREAD_VARS:        # unless the caller or the environment sets them
+        if var not in os.environ:
+            env.setdefault(var, "1")
     if params is not None:
         from cosim.params import PARAMS_ENV, write
         env[PARAMS_ENV] = str(write(params, test_dir / "params.json"))

@@ -130,6 +130,46 @@ def _answer_masks(cfg, channel: str, opcode: int, snp: int, mf: int, mv: int,
     return e.ndr is not None, mask(e.ndr), mask(e.drs)
 
 
+class _Kind:
+    """One request kind of :data:`cosim.cxl_host.protocol.REQ_KINDS` as the engine receives
+    it: the channel, the header's constant fields, the payload bits of everything but the tag,
+    line, data and byte enables (packed once) and where those go."""
+
+    def __init__(self, name: str):
+        from cosim.cxl_host.protocol import REQ_KINDS, _req_payload, _rwd_payload
+        channel, op, snp, mf, mv, *_ = REQ_KINDS[name]
+        self.name, self.channel = name, channel
+        self.rwd = channel == "m2s_rwd"
+        self.fields = (int(op), int(snp), int(mf), int(mv))
+        req, rwd = _packers()
+        self.packer = pk = rwd if self.rwd else req
+        if self.rwd:
+            hdr = _rwd_payload(op, snp, mf, mv, 0, 0, bytes(LINE), 0)["hdr"]
+            self.const = pk.pack(hdr, bytes(LINE), 0)
+        else:
+            hdr = _req_payload(op, snp, mf, mv, 0, 0)["hdr"]
+            self.const = pk.pack(hdr)
+        self.hdr = hdr
+        self.tag_off = pk.hdr["tag"][0]
+        self.addr_off, self.addr_bits = pk.hdr["addr"]
+        self.nbytes = 4 * pk.words
+
+    def payload(self, tag: int, line: int, data: bytes | None = None, be: int = 0) -> bytes:
+        """The message's payload words (little-endian bytes)."""
+        if line >> self.addr_bits:
+            raise ValueError(f"line {line:#x} does not fit the {self.addr_bits}-bit addr field")
+        bits = self.const | tag << self.tag_off | line << self.addr_off
+        if self.rwd:
+            bits |= (int.from_bytes(data, "little") << self.packer.data |
+                     be << self.packer.be)
+        return bits.to_bytes(self.nbytes, "little")
+
+
+@functools.cache
+def _kind(name: str) -> _Kind:
+    return _Kind(name)
+
+
 class CppHost:
     """The compiled host on the device top ``dut`` (module docstring).
 
@@ -144,7 +184,7 @@ class CppHost:
         self.dut, self.cfg, self.seed, self.period = dut, cfg, seed, period
         self._lib = lib = _lib()
         self._next_tag = random.Random(seed).randrange(1 << 16)
-        self._req, self._rwd = _packers()
+        self._mask_cache: dict = {}
         lib.tcxl_host_layout(*_response_layout())
         lib.tcxl_host_reset()
         self._attach = getattr(dut, ATTACH)
@@ -184,35 +224,39 @@ class CppHost:
         self._next_tag = (t + 1) & 0xFFFF
         return t
 
-    def _masks(self, channel: str, hdr: dict):
-        """(need_ndr, ndr mask, drs mask) of the reference's answer to ``hdr``."""
+    def _masks(self, kind: _Kind, line: int):
+        """(need_ndr, ndr mask, drs mask) of the reference's answer to a ``kind`` request of
+        ``line`` (computed once per kind and region)."""
         from sw_model.coherence import host_region
-        return _answer_masks(self.cfg, channel, hdr["opcode"], hdr["snp_type"],
-                             hdr["meta_field"], hdr["meta_value"],
-                             host_region(self.cfg, hdr["addr"]), hdr.get("poison", 0))
+        region = host_region(self.cfg, line)
+        got = self._mask_cache.get((kind.name, region))
+        if got is None:
+            got = self._mask_cache[kind.name, region] = _answer_masks(
+                self.cfg, kind.channel, *kind.fields, region, 0)
+        return got
 
-    async def _run(self, reqs, timeout: int):
-        """Send ``reqs`` (``(channel, hdr, data, be, reads)``), wait until every one is
-        complete; returns the results array and the read data."""
+    async def _run(self, items, timeout: int):
+        """Send one request per ``(kind, line, data, be)`` of ``items`` (data and enables for
+        writes only), in order, wait until every one is complete; returns the results array
+        and the read data."""
         from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
         self._raise_error()
-        n = len(reqs)
+        n = len(items)
         if n == 0:
             return [], b""
         if n > 1 << 16:
             raise ValueError(f"{n} requests in one job: at most 65536 tags")
-        lines = [h["addr"] for _, h, _, _, _ in reqs]
-        if len(set(lines)) != n:
+        if len({it[1] for it in items}) != n:
             raise ValueError("a line appears twice in one job (the host has one transaction "
                              "per line at a time)")
         meta = (ctypes.c_uint * (6 * n))()
         words = []
-        for i, (ch, hdr, data, be, reads) in enumerate(reqs):
-            pk = self._rwd if ch == "m2s_rwd" else self._req
-            need_ndr, ndr_mask, drs_mask = self._masks(ch, hdr)
-            meta[6 * i:6 * i + 6] = [int(ch == "m2s_rwd"), hdr["tag"], int(reads), int(need_ndr),
+        for i, (kind, line, data, be) in enumerate(items):
+            tag = self._tag()
+            need_ndr, ndr_mask, drs_mask = self._masks(kind, line)
+            meta[6 * i:6 * i + 6] = [int(kind.rwd), tag, int(not kind.rwd), int(need_ndr),
                                      ndr_mask, drs_mask]
-            words.append(pk.pack(hdr, data, be).to_bytes(4 * pk.words, "little"))
+            words.append(kind.payload(tag, line, data, be))
         buf = ctypes.create_string_buffer(b"".join(words))
         if self._lib.tcxl_host_submit(n, meta, buf) != 0:
             raise AssertionError("compiled host: a job is still running")
@@ -230,42 +274,35 @@ class CppHost:
         left = [i for i in range(n) if not res[_RESULT_FIELDS * i]]
         if left:
             i = left[0]
-            ch, hdr = reqs[i][0], reqs[i][1]
+            kind, line = items[i][0], items[i][1]
             raise AssertionError(
                 f"compiled host: {len(left)} of {n} requests not complete after {timeout} "
-                f"cycles; first: {ch} opcode {hdr['opcode']} tag {hdr['tag']:#06x} line "
-                f"{hdr['addr']:#x} (sent at edge {res[_RESULT_FIELDS * i + 1]}, NDR "
-                f"{res[_RESULT_FIELDS * i + 4]}, DRS {res[_RESULT_FIELDS * i + 5]}; seed "
-                f"{self.seed})")
+                f"cycles; first: {kind.channel} opcode {kind.fields[0]} tag "
+                f"{meta[6 * i + 1]:#06x} line {line:#x} (sent at edge "
+                f"{res[_RESULT_FIELDS * i + 1]}, NDR {res[_RESULT_FIELDS * i + 4]}, DRS "
+                f"{res[_RESULT_FIELDS * i + 5]}; seed {self.seed})")
         return res, data.raw
 
     async def write_lines(self, items, timeout: int = 20000):
         """Uncached writes of whole lines ``[(byte address, 64 bytes[, byte enables])]``:
         ``MemWr`` (``MemWrPtl`` when the enables are partial), all sent, then every ``Cmp``
         awaited."""
-        from cosim.cxl_host.protocol import REQ_KINDS, _rwd_payload
-        reqs = []
+        full, ptl = _kind("uc_write"), _kind("uc_write_ptl")
+        job = []
         for it in items:
             addr, data = it[0], bytes(it[1])
             be = it[2] if len(it) > 2 else _ALL_BE
             if addr % LINE or len(data) != LINE:
                 raise ValueError(f"write of {len(data)} bytes at {addr:#x}: whole lines only")
-            kind = "uc_write" if be == _ALL_BE else "uc_write_ptl"
-            _, op, snp, mf, mv, _, _, _ = REQ_KINDS[kind]
-            p = _rwd_payload(op, snp, mf, mv, self._tag(), addr // LINE, data, be)
-            reqs.append(("m2s_rwd", p["hdr"], data, be, False))
-        await self._run(reqs, timeout)
+            job.append((full if be == _ALL_BE else ptl, addr // LINE, data, be))
+        await self._run(job, timeout)
 
     async def read_lines(self, addrs, timeout: int = 20000) -> list:
         """``MemRd`` with ``SnpCur`` of the lines at byte addresses ``addrs``, all sent, then
         their data; returns the 64-byte lines."""
-        from cosim.cxl_host.protocol import REQ_KINDS, _req_payload
-        _, op, snp, mf, mv, _, _, _ = REQ_KINDS["rd_cur"]
-        reqs = []
+        rd = _kind("rd_cur")
         for a in addrs:
             if a % LINE:
                 raise ValueError(f"read at {a:#x}: whole lines only")
-            reqs.append(("m2s_req", _req_payload(op, snp, mf, mv, self._tag(), a // LINE)["hdr"],
-                         None, 0, True))
-        _, raw = await self._run(reqs, timeout)
-        return [raw[LINE * i:LINE * (i + 1)] for i in range(len(reqs))]
+        _, raw = await self._run([(rd, a // LINE, None, 0) for a in addrs], timeout)
+        return [raw[LINE * i:LINE * (i + 1)] for i in range(len(addrs))]

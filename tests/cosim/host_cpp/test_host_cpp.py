@@ -99,8 +99,8 @@ async def host_cpp_violations(dut):
     a = tb.cfg.staging_base
 
     def wrong(real, which):             # the reference's masks without the device's answer
-        def masks(ch, hdr):
-            need, ndr, drs = real(ch, hdr)
+        def masks(*request):
+            need, ndr, drs = real(*request)
             return (need, ~ndr & 0xFFFF if which == "ndr" else ndr,
                     ~drs & 0xFFFF if which == "drs" else drs)
         return masks

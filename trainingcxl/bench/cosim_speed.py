@@ -1,18 +1,20 @@
-"""Co-simulation speed of the main job with each harness: the PMEM model and the CXL.mem host
-in Python or compiled into the simulator.
+"""Co-simulation speed of the main job with each harness: the PMEM model, the CXL.mem host and
+the CSR master in Python or compiled into the simulator, the golden-model twin inline or in
+its own process.
 
     python -m trainingcxl.bench.cosim_speed [--batches 20] [--repeats 2] [--quick]
                                             [--out build/bench/cosim_speed.json]
 
-Runs ``trainingcxl train --batches N --crashes 0 --quiet --pmem P --host H`` for each harness
-of :data:`HARNESSES` (both models in Python; the C++ PMEM model with the Python host; both
-compiled, the main job's default), one run of each per round so all see the same machine load,
-and reports simulated cycles per second of the training (``cycles / wall_s`` of the run's
-``rtl_run.json``: from the first power-on to the last batch; the simulator's start and the
-golden-model reference runs excluded). Every run must agree with its golden-model twin; the
-runs with the same host must end with the same cycle count (the PMEM models are
-cycle-identical), and the two hosts' runs are the same training (tests/cosim/train). One
-simulator build serves every harness (``cosim.build.device_build``). Writes the rows as JSON.
+Runs ``trainingcxl train --batches N --crashes 0 --quiet --pmem P --host H --csr C --twin T``
+for each harness of :data:`HARNESSES` (everything in Python; then one part compiled or moved
+after the other, the last row being the main job's default), one run of each per round so all
+see the same machine load, and reports simulated cycles per second of the training (``cycles /
+wall_s`` of the run's ``rtl_run.json``: from the first power-on to the end of the final check;
+the simulator's start and the golden-model reference runs excluded). Every run must agree with
+its golden-model twin; runs with the same host and CSR master must end with the same cycle
+count (the PMEM models are cycle-identical; the twin does not touch the simulation), and the
+harnesses' runs are the same training (tests/cosim/train). One simulator build serves every
+harness (``cosim.build.device_build``). Writes the rows as JSON.
 """
 from __future__ import annotations
 
@@ -25,23 +27,27 @@ from pathlib import Path
 
 __all__ = ["HARNESSES", "run_once", "main"]
 
-# (PMEM model, CXL.mem host)
-HARNESSES = (("python", "python"), ("cpp", "python"), ("cpp", "cpp"))
+# (PMEM model, CXL.mem host, CSR master, golden-model twin)
+HARNESSES = (("python", "python", "python", "inline"), ("cpp", "python", "python", "inline"),
+             ("cpp", "cpp", "python", "inline"), ("cpp", "cpp", "cpp", "inline"),
+             ("cpp", "cpp", "cpp", "process"))
+FIELDS = ("pmem", "host", "csr", "twin")
 
 
-def run_once(pmem: str, host: str, batches: int, out: Path, seed: int) -> dict:
-    d = out / f"cosim_speed-{pmem}-{host}"
+def run_once(pmem: str, host: str, csr: str, twin: str, batches: int, out: Path,
+             seed: int) -> dict:
+    d = out / f"cosim_speed-{pmem}-{host}-{csr}-{twin}"
     cmd = [sys.executable, "-m", "trainingcxl", "train", "--batches", str(batches),
-           "--crashes", "0", "--quiet", "--pmem", pmem, "--host", host, "--seed", str(seed),
-           "--out", str(d)]
+           "--crashes", "0", "--quiet", "--pmem", pmem, "--host", host, "--csr", csr,
+           "--twin", twin, "--seed", str(seed), "--out", str(d)]
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if run.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {run.returncode}):\n{run.stdout}")
     rep = json.loads((d / "rtl_run.json").read_text())
     if not json.loads((d / "summary.json").read_text())["twin_equal"]:
         raise RuntimeError(f"{d}: the run disagreed with its golden-model twin")
-    return {"pmem": pmem, "host": host, "cycles": rep["cycles"], "wall_s": rep["wall_s"],
-            "cycles_per_s": round(rep["cycles"] / rep["wall_s"])}
+    return {"pmem": pmem, "host": host, "csr": csr, "twin": twin, "cycles": rep["cycles"],
+            "wall_s": rep["wall_s"], "cycles_per_s": round(rep["cycles"] / rep["wall_s"])}
 
 
 def main(argv=None) -> int:
@@ -63,25 +69,26 @@ def main(argv=None) -> int:
           flush=True)
     with tempfile.TemporaryDirectory(prefix="cosim_speed-") as tmp:
         for r in range(a.repeats):
-            for pmem, host in HARNESSES:
-                row = run_once(pmem, host, a.batches, Path(tmp), a.seed)
+            for h in HARNESSES:
+                row = run_once(*h, a.batches, Path(tmp), a.seed)
                 row["repeat"] = r
                 rows.append(row)
-                print(f"  pmem {pmem:6s} host {host:6s} round {r}: {row['cycles']} cycles in "
-                      f"{row['wall_s']:.2f} s = {row['cycles_per_s']} cycles/s", flush=True)
-    for host in {h for _, h in HARNESSES}:
-        cycles = {row["cycles"] for row in rows if row["host"] == host}
+                print(f"  pmem {h[0]:6s} host {h[1]:6s} csr {h[2]:6s} twin {h[3]:7s} round "
+                      f"{r}: {row['cycles']} cycles in {row['wall_s']:.2f} s = "
+                      f"{row['cycles_per_s']} cycles/s", flush=True)
+    for host, csr in {(h[1], h[2]) for h in HARNESSES}:
+        cycles = {row["cycles"] for row in rows if (row["host"], row["csr"]) == (host, csr)}
         if len(cycles) != 1:
-            print(f"host {host}: cycle counts differ between runs: {sorted(cycles)}",
-                  file=sys.stderr)
+            print(f"host {host}, CSR master {csr}: cycle counts differ between runs: "
+                  f"{sorted(cycles)}", file=sys.stderr)
             return 1
-    print("\n| PMEM model | CXL.mem host | cycles | wall s (each run) | cycles/s (each run) |\n"
-          "|---|---|---|---|---|")
-    for pmem, host in HARNESSES:
-        mine = [row for row in rows if (row["pmem"], row["host"]) == (pmem, host)]
+    print("\n| PMEM model | CXL.mem host | CSR master | twin | cycles | wall s (each run) | "
+          "cycles/s (each run) |\n|---|---|---|---|---|---|---|")
+    for h in HARNESSES:
+        mine = [row for row in rows if tuple(row[f] for f in FIELDS) == h]
         walls = ", ".join(f"{x['wall_s']:.2f}" for x in mine)
         speeds = ", ".join(str(x["cycles_per_s"]) for x in mine)
-        print(f"| {pmem} | {host} | {mine[0]['cycles']} | {walls} | {speeds} |")
+        print(f"| {' | '.join(h)} | {mine[0]['cycles']} | {walls} | {speeds} |")
     a.out.write_text(json.dumps(rows, indent=1))
     print(f"wrote {a.out}")
     return 0

@@ -41,6 +41,7 @@ def crash_schedule(seed: int, batches: int, n: int) -> list[tuple[int, float]]:
 
 
 def _args(argv):
+    from cosim.csr_cpp import CSR_MODELS
     from cosim.host_cpp import HOST_MODELS
     from cosim.tb.config import PMEM_MODELS
     from sw_model.dlrm import DLRMConfig
@@ -100,6 +101,11 @@ def _args(argv):
                          "the Python one (cosim/cxl_host; default with --trace, whose host "
                          "action log needs it); both send the same requests and check the "
                          "same answers (cosim/host_cpp)")
+    ap.add_argument("--csr", choices=CSR_MODELS, default=None,
+                    help="AXI4-Lite CSR master: the one compiled into the simulator (default; "
+                         "a completion wait is one job) or cocotbext-axi's (cosim/csr.py; "
+                         "default with --trace, whose host action log records each access); "
+                         "both make the same register accesses (cosim/csr_cpp)")
     ap.add_argument("--twin", choices=TWIN_MODES, default="process",
                     help="where the golden-model twin checks the RTL: in its own process, on "
                          "another core, beside the simulator (default; a difference is raised "
@@ -112,6 +118,11 @@ def _args(argv):
         a.host = "python" if a.trace else "cpp"
     elif a.host == "cpp" and a.trace:
         ap.error("--trace records the host action log, which needs --host python")
+    if a.csr is None:
+        a.csr = "python" if a.trace else "cpp"
+    elif a.csr == "cpp" and a.trace:
+        ap.error("--trace records each CSR access in the host action log, which needs "
+                 "--csr python (the compiled master's completion wait is one job)")
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
     from cosim.media import media_timing
@@ -217,7 +228,8 @@ def main(argv=None) -> int:
     res_path = (a.out / "rtl_run.json").resolve()
     spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
                                          stimulus=(str(a.stimulus.resolve()) if a.stimulus
-                                                   else None), pmem=a.pmem, host=a.host),
+                                                   else None), pmem=a.pmem, host=a.host,
+                                         csr=a.csr),
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
                        latency=a.latency, media=a.media_timing, mlp_cycles=a.mlp_cycles,
                        seed=a.seed,

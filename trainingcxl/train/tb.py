@@ -101,7 +101,7 @@ async def train_with_power_failures(dut):
     # no host model while the device executes or the host does its MLP work: its channel
     # loop would wake Python on every clock edge (DeviceDriver.detach_while_waiting)
     drv = DeviceDriver(dut, pmem, cfg, host_seed=seed, use_irq=True, detach_while_waiting=True,
-                       host=spec.bench.host)
+                       host=spec.bench.host, csr_model=spec.bench.csr)
     if spec.bench.trace:                    # boundary trace + host action log (docs/traces.md)
         from cosim.trace.device import record_device_trace
         record_device_trace(dut, spec.bench.trace, drv=drv, section="train", seed=seed, cfg=cfg,

@@ -192,7 +192,7 @@ def _checker(layout, tables, mlp_lag, seed) -> TwinChecker:
                        (cfg.staging_base, cfg.staging_size))
 
 
-# ---- the checker in a child process ---------------------------------------------------------------
+# ---- the checker in a child process -------------------------------------------------------------
 
 _SYNC = ("check_recovery", "compare_memory", "close")     # calls that wait for the child
 

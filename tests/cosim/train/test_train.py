@@ -130,22 +130,26 @@ def test_demo_with_a_power_failure_recovers(tmp_path):
 
 
 @pytest.mark.cosim
-def test_demo_same_with_either_host(tmp_path):
-    """The job with the Python CXL.mem host (``--host python``, cosim.cxl_host) and with the
-    compiled one (``--host cpp``, the default; cosim.host_cpp), a power failure in each: both
-    twins agreed throughout, and the losses, predictions, final tables, MLP parameters and
-    held-out metrics are identical. (The cycle counts are not compared: the compiled host hands
-    control back at the edge that took a job's last answer, after that edge is evaluated, the
-    Python host as the edge begins; each job ends a cycle apart, so the crash lands elsewhere.)"""
+def test_demo_same_with_either_harness(tmp_path):
+    """The job with everything around the RTL in Python (``--host python --csr python --twin
+    inline``: cosim.cxl_host, cocotbext-axi, the twin in the simulator's process) and with the
+    defaults (the compiled CXL.mem host and CSR master, the twin in its own process), a power
+    failure in each: both twins agreed throughout, and the losses, predictions, final tables,
+    MLP parameters and held-out metrics are identical. (The cycle counts are not compared: the
+    compiled models hand control back at the edge that ended a job, after that edge is
+    evaluated, the Python ones as the edge begins; jobs end cycles apart, so the crash lands
+    elsewhere.)"""
+    harnesses = {"python": ("--host", "python", "--csr", "python", "--twin", "inline"),
+                 "cpp": ("--host", "cpp", "--csr", "cpp", "--twin", "process")}
     reps = {}
-    for host in ("python", "cpp"):
-        rc, out, rep = _run(tmp_path, host, "--batches", "6", "--crashes", "1", "--lag", "2",
-                            "--seed", "4", "--host", host)
-        assert rc == 0 and rep["twin_equal"] and len(rep["crashes"]) == 1, (host, rep)
+    for name, flags in harnesses.items():
+        rc, out, rep = _run(tmp_path, name, "--batches", "6", "--crashes", "1", "--lag", "2",
+                            "--seed", "4", *flags)
+        assert rc == 0 and rep["twin_equal"] and len(rep["crashes"]) == 1, (name, rep)
         run = json.loads((out / "rtl_run.json").read_text())
         with np.load(out / "rtl_run.json.tables.npz") as z:
             tables = [z[k] for k in sorted(z.files)]
-        reps[host] = (run, tables, (out / "rtl_run.json.mlp").read_bytes(), rep["rtl"]["eval"])
+        reps[name] = (run, tables, (out / "rtl_run.json.mlp").read_bytes(), rep["rtl"]["eval"])
     (py, py_t, py_mlp, py_ev), (cpp, cpp_t, cpp_mlp, cpp_ev) = reps["python"], reps["cpp"]
     assert py["losses"] == cpp["losses"] and py["preds"] == cpp["preds"]
     assert len(py_t) == len(cpp_t) == 4

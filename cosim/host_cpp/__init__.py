@@ -121,13 +121,15 @@ def _answer_masks(cfg, channel: str, opcode: int, snp: int, mf: int, mv: int,
     if channel == "m2s_rwd":
         hdr["poison"] = poison
     e = Reference(cfg).expect(channel, hdr)
+    return e.ndr is not None, opcode_mask(e.ndr), opcode_mask(e.drs)
 
-    def mask(want):
-        if want is None:
-            return 0
-        vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
-        return sum(1 << int(v) for v in vals)
-    return e.ndr is not None, mask(e.ndr), mask(e.drs)
+
+def opcode_mask(want) -> int:
+    """A bit per opcode of ``want`` (one opcode, a collection of them, or None: none)."""
+    if want is None:
+        return 0
+    vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
+    return sum(1 << int(v) for v in vals)
 
 
 class _Kind:

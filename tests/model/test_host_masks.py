@@ -3,7 +3,7 @@ kind and region (``cosim.host_cpp._answer_masks``): they must equal the coherenc
 answer for the header at its own address, for every region, the gaps and outside HDM."""
 import random
 
-from cosim.host_cpp import _answer_masks
+from cosim.host_cpp import _answer_masks, opcode_mask
 from cosim.cxl_host.protocol import Reference
 from hw.config import DEFAULT, REGIONS
 from hw.cxl_encodings import M2S_REQ_FIELDS, M2S_RWD_FIELDS
@@ -12,13 +12,7 @@ from sw_model.coherence import host_region
 
 def _direct(cfg, channel, hdr):
     e = Reference(cfg).expect(channel, hdr)
-
-    def mask(want):
-        if want is None:
-            return 0
-        vals = want if isinstance(want, (set, frozenset, tuple, list)) else (want,)
-        return sum(1 << int(v) for v in vals)
-    return e.ndr is not None, mask(e.ndr), mask(e.drs)
+    return e.ndr is not None, opcode_mask(e.ndr), opcode_mask(e.drs)
 
 
 def test_masks_by_region_equal_the_reference_per_address(seed):

@@ -70,9 +70,12 @@ class GarbageMemory(MemoryImage):
         self._key = self.seed.to_bytes(16, "little", signed=True)
 
     @classmethod
-    def from_image(cls, mem: MemoryImage, *, regions=(), seed: int = 0) -> "GarbageMemory":
+    def from_image(cls, mem: MemoryImage, *, regions=(), seed: int = 0,
+                   copy: bool = True) -> "GarbageMemory":
+        """``mem``'s contents with garbage ``regions``; ``copy=False`` takes ``mem``'s lines
+        over instead of copying them (``mem`` must not be used afterwards)."""
         g = cls(mem.size, mem.fill, regions=regions, seed=seed)
-        g._lines = {a: bytearray(v) for a, v in mem._lines.items()}
+        g._lines = {a: bytearray(v) for a, v in mem._lines.items()} if copy else mem._lines
         g.poisoned = set(mem.poisoned)
         return g
 
@@ -203,7 +206,7 @@ def crash_memory(mem: MemoryImage, unacked, unapplied, rng: random.Random, *,
     if garbage_seed is None:
         garbage_seed = rng.getrandbits(63)
     regions = () if staging is None else (tuple(staging),)
-    out = GarbageMemory.from_image(img, regions=regions, seed=garbage_seed)
+    out = GarbageMemory.from_image(img, regions=regions, seed=garbage_seed, copy=False)
     n_staging = 0
     if staging is not None:
         base, size = staging
@@ -265,5 +268,6 @@ def load_image(pmem, image) -> None:
     and drop every queued read/write response and in-flight burst. Call it while the device's
     reset is asserted (the channel engines restart themselves when reset is released)."""
     mem = image.mem if isinstance(image, CrashImage) else image
-    pmem.mem = mem.copy()
+    # a model whose ``mem`` assignment copies the image (the C++ one) needs no copy first
+    pmem.mem = mem if getattr(pmem, "loads_copy", False) else mem.copy()
     pmem.drop_in_flight()

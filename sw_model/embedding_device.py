@@ -565,11 +565,13 @@ class ModelDevice(FixedPointEmbeddings):
         self._fail_at = self.writes + int(after_writes) + 1
         self.mem.journal = True
 
-    def restart_from(self, mem: MemoryImage):
+    def restart_from(self, mem: MemoryImage, *, copy: bool = True):
         """Power on over a copy of ``mem`` (e.g. another device's crash image), reprogram and
-        recover as :meth:`restart_device` does (lock-step twins of the RTL use it)."""
+        recover as :meth:`restart_device` does (lock-step twins of the RTL use it);
+        ``copy=False`` takes ``mem``'s lines over instead (``mem`` must not be used
+        afterwards)."""
         m = _JournalMemory(mem.size, mem.fill)
-        m._lines = {a: bytearray(v) for a, v in mem._lines.items()}
+        m._lines = {a: bytearray(v) for a, v in mem._lines.items()} if copy else mem._lines
         self.mem = m
         self.cancel_power_failure()
         self._power_on()

@@ -61,6 +61,7 @@ def _lib():
         "tcxl_pmem_error": (ctypes.c_char_p, []),
         "tcxl_pmem_mem_read": (None, [u64, p, u64]),
         "tcxl_pmem_mem_write": (None, [u64, ctypes.c_char_p, u64]),
+        "tcxl_pmem_mem_write_lines": (None, [p, ctypes.c_char_p, u64]),
         "tcxl_pmem_mem_clear": (None, []),
         "tcxl_pmem_mem_version": (u64, []),
         "tcxl_pmem_poison_get": (ctypes.c_int, [u64]),
@@ -186,8 +187,9 @@ class CppMemory(MemoryImage):
         read (a ctypes callback), as ``GarbageMemory.read`` does."""
         lib = self._lib
         lib.tcxl_pmem_mem_clear()
-        for a, line in image._lines.items():     # in its order (see pmem_dpi.cpp)
-            lib.tcxl_pmem_mem_write(a, bytes(line), LINE)
+        lines = image._lines                      # in its order (see pmem_dpi.cpp), one call
+        addrs = np.fromiter(lines.keys(), dtype=np.uint64, count=len(lines))
+        lib.tcxl_pmem_mem_write_lines(addrs.ctypes.data, b"".join(lines.values()), len(lines))
         for a in image.poisoned:
             lib.tcxl_pmem_poison_set(a, 1)
         regions = tuple(getattr(image, "regions", ()))
@@ -203,7 +205,7 @@ class CppMemory(MemoryImage):
 
     def copy(self) -> MemoryImage:
         m = MemoryImage(self.size, self.fill)
-        m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        m._lines = self._fresh_lines()            # a new dict of new lines (not the snapshot)
         m.poisoned = set(self.poisoned)
         return m
 
@@ -254,6 +256,7 @@ class CppPmemModel(ClockCount):
     constructor and attributes (module docstring for what is left out)."""
 
     _segments = PmemModel._segments
+    loads_copy = True       # assigning ``mem`` copies the image into the C++ store
 
     def __init__(self, dut, *, prefix="m_axi_", clock, reset=None, read_latency=100,
                  write_latency=100, seed=0, stall=None, mem=None, log_writes=True,

@@ -504,6 +504,12 @@ void tcxl_pmem_mem_read(unsigned long long addr, uint8_t *out, unsigned long lon
 void tcxl_pmem_mem_write(unsigned long long addr, const uint8_t *in, unsigned long long n) {
     M.write(addr, in, n);
 }
+// n whole lines at once: their addresses and 64 bytes each (one after the other), written in
+// the order given (a whole image loaded with one call)
+void tcxl_pmem_mem_write_lines(const unsigned long long *addrs, const uint8_t *data,
+                               unsigned long long n) {
+    for (unsigned long long i = 0; i < n; ++i) M.write(addrs[i], data + LINE * i, LINE);
+}
 void tcxl_pmem_mem_clear() {
     M.mem.clear(); M.poisoned.clear(); ++M.mem_version;
     M.garbage = nullptr; M.garbage_regions.clear();

@@ -154,7 +154,7 @@ class TwinChecker:
                                + "; ".join(problems[:4]))
         self._tables_committed = [np.array(t, dtype=np.int32) for t in tables]
         self._rows_since_commit = [[] for _ in tables]
-        m.restart_from(crash_image.to_image())
+        m.restart_from(crash_image.to_image(), copy=False)
         got = (c, slot, epoch)
         want = (m.dev.committed, m.dev.mlp_slot, m.dev.mlp_epoch)
         if got != want:

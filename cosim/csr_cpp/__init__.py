@@ -49,9 +49,10 @@ class CppCsrMaster(CsrAccess):
 
     ``period``: the clock period in simulator steps (timeouts), or a function returning it
     (a clock measured once it runs); ``prefix``: the port (as ``csr_slot`` put the master on
-    it); ``timeout``: cycles one access may take before
-    :class:`CsrProtocolError` (a device that never answers). Creating one
-    selects the compiled master (``csr_cpp`` = 1) and forgets what a master before it left."""
+    it); ``timeout``: cycles one access may take before :class:`CsrProtocolError` (a device
+    that never answers). Creating one selects the compiled master (``csr_cpp`` = 1) and
+    forgets what a master before it left. A job cancelled by its caller (a power failure)
+    stays in the engine until the next reset, which drops it."""
 
     def __init__(self, dut, *, period, prefix: str = "s_axil", regmap: CsrMap | None = None,
                  timeout: int = 10_000):

@@ -167,6 +167,8 @@ class CrashPart:
     replay: str = "open"
     nested: float = DEFAULT_NESTED
     snap_points: float = DEFAULT_SNAP_POINTS
+    host: str = "python"
+    csr: str = "python"
 
 
 def run_part(part: CrashPart, *, progress=None) -> dict:
@@ -195,7 +197,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
     while True:
         run_params = CrashParams(
             bench=BenchConfig(part.cfg, latency=part.latency, write_latency=part.write_latency,
-                              pmem=part.pmem),
+                              pmem=part.pmem, host=part.host, csr=part.csr),
             seed=part.seed, points=part.points, skip=skip, stop=part.stop, chunk=part.chunk,
             workload=dict(part.workload), results=str(results), via_host=part.via_host,
             mutate=part.mutate, profile=part.profile, replay=part.replay,
@@ -284,7 +286,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                  profile: Path | None = None, executor=None,
                  task_points: int = DEFAULT_TASK_POINTS, pmem: str = DEFAULT_PMEM,
                  replay: str = "open", nested: float = DEFAULT_NESTED,
-                 snap_points: float = DEFAULT_SNAP_POINTS) -> dict:
+                 snap_points: float = DEFAULT_SNAP_POINTS, host: str = "python",
+                 csr: str = "python") -> dict:
     """Run a campaign; returns the report (also written to ``out/report.json``).
 
     ``executor`` (:mod:`trainingcxl.cluster`; default: serial, in this process) runs the
@@ -293,13 +296,18 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     for any split of the same points (fields that measure wall-clock time excepted:
     :data:`WALL_CLOCK_FIELDS`). The simulator is built here, before any task starts, so every
     worker sharing this machine's cache (or a shared filesystem) finds it built. ``pmem``: the
-    PMEM model, ``"cpp"`` or ``"python"`` (``cosim.build.device_build(cfg)`` carries both).
+    PMEM model, ``"cpp"`` or ``"python"`` (``cosim.build.device_build(cfg)`` carries both);
+    ``host`` and ``csr``: the device driver's CXL.mem host and CSR master, the same choice.
     """
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
 
-    if pmem not in PMEM_MODELS:
-        raise ValueError(f"pmem must be one of {PMEM_MODELS}, got {pmem!r}")
+    from cosim.csr_cpp import CSR_MODELS
+    from cosim.host_cpp import HOST_MODELS
+    for name, value, allowed in (("pmem", pmem, PMEM_MODELS), ("host", host, HOST_MODELS),
+                                 ("csr", csr, CSR_MODELS)):
+        if value not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
     cfg = cfg or DeviceConfig()
     workload = dict(DEFAULT_WORKLOAD if workload is None else workload)
     executor = executor or SerialExecutor()
@@ -321,6 +329,7 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
                        write_latency=write_latency, workload=dict(workload or {}),
                        via_host=via_host, chunk=chunk, mutate=mutate, max_restarts=max_restarts,
                        pmem=pmem, replay=replay, nested=nested, snap_points=snap_points,
+                       host=host, csr=csr,
                        profile=(str(Path(profile).resolve()) + ("" if len(ranges) == 1
                                                                 else f".{a}"))
                        if profile else None)
@@ -333,8 +342,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     rep = summarize(records, requested=expected)
     rep.update(seed=seed, points_spec=points, latency=latency, write_latency=write_latency,
                chunk=chunk, mutate=mutate, config=json.loads(cfg.to_json()),
-               workload=workload or {}, via_host=via_host, pmem=pmem, replay=replay,
-               nested=nested, snap_points=snap_points,
+               workload=workload or {}, via_host=via_host, pmem=pmem, host=host, csr=csr,
+               replay=replay, nested=nested, snap_points=snap_points,
                sim_restarts=sum(d["restarts"] for d in done), sim_errors=sim_errors,
                build_s=round(t_build, 1), wall_s=round(time.monotonic() - t0, 1),
                results=results.name)
@@ -402,6 +411,12 @@ def main(argv=None) -> int:
                    help="PMEM model on the media port: cpp (compiled into the simulator, the "
                         "same build) or python (cosim.pmem); same images and verdicts "
                         f"(default {DEFAULT_PMEM})")
+    p.add_argument("--host", default="python", choices=("python", "cpp"),
+                   help="the driver's CXL.mem host: python (cosim.cxl_host, the default) or "
+                        "cpp (compiled into the simulator, cosim.host_cpp)")
+    p.add_argument("--csr", default="python", choices=("python", "cpp"),
+                   help="the driver's AXI4-Lite CSR master: python (cocotbext-axi, the "
+                        "default) or cpp (compiled into the simulator, cosim.csr_cpp)")
     p.add_argument("--replay", default="open", choices=["open", "all"],
                    help="after recovery run the open batch C+1 only (default) or every batch "
                         "to the end; the model runs the same batches and the image outside "
@@ -465,7 +480,7 @@ def main(argv=None) -> int:
                                via_host=not a.backdoor, progress=not a.no_progress,
                                profile=a.profile, executor=ex, task_points=a.task_points,
                                pmem=a.pmem, replay=a.replay, nested=a.nested,
-                               snap_points=a.snap_points)
+                               snap_points=a.snap_points, host=a.host, csr=a.csr)
     except cluster.ClusterError as e:
         print(f"trainingcxl crash: {e}", file=sys.stderr)
         return 2

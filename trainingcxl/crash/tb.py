@@ -201,7 +201,8 @@ class CrashBench:
         # the host has nothing to do while the device executes a doorbell's descriptors:
         # detached for the wait (DeviceDriver.submit; see power_on)
         self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
-                                host_seed=self.seed, detach_while_waiting=True)
+                                host_seed=self.seed, detach_while_waiting=True,
+                                host=p.bench.host, csr_model=p.bench.csr)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
         self.mutate = p.mutate
 

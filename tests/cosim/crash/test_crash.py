@@ -49,6 +49,18 @@ def test_crash_replay_all(crash_build, seed, tmp_path):
 
 
 @pytest.mark.cosim
+def test_crash_on_the_compiled_host_and_csr_master(crash_build, seed, tmp_path):
+    """The campaign with the driver's CXL.mem host and CSR master compiled into the simulator
+    (``--host cpp --csr cpp``): every point recovered and bit-identical, nested failures
+    included."""
+    cfg, b = crash_build
+    rep = run_campaign(points="random:6", seed=seed, cfg=cfg, out=tmp_path, progress=False,
+                       build=b, nested=0.5, host="cpp", csr="cpp")
+    assert rep["ok"] and rep["identical"] == 6, (seed, rep["failures"][:2], rep["sim_errors"])
+    assert (rep["host"], rep["csr"]) == ("cpp", "cpp")
+
+
+@pytest.mark.cosim
 def test_crash_extended_log_full_smoke(seed, tmp_path):
     """``make crash-extended`` in small: the 128-bit fpga-ecp5 configuration with a 136-slot
     log (a build of its own), tables of 2^20 rows written only where read, logged-set

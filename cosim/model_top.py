@@ -21,8 +21,8 @@ import ctypes
 import re
 from dataclasses import dataclass
 
-__all__ = ["ModelSlot", "model_top", "design_ports", "EXT_PREFIX", "outside_input",
-           "redirect_bus", "simulator_functions"]
+__all__ = ["ModelSlot", "model_top", "design_ports", "slot_ports", "EXT_PREFIX",
+           "outside_input", "redirect_bus", "simulator_functions"]
 
 EXT_PREFIX = "ext_"        # the top's inputs for a model outside the simulator
 
@@ -74,6 +74,22 @@ def design_ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
         raise ValueError(f"module {top}: no port declarations in its body (expected the form "
                          "Amaranth's Verilog has: `input [n:0] name;`)")
     return out
+
+
+def slot_ports(verilog_text: str, top: str, wanted: dict, model: str) -> dict:
+    """The widths of the ports of ``top`` a model connects to: ``wanted`` maps each design
+    signal to the direction the design must give it (``"input"``: the model drives it,
+    ``"output"``: the model reads it). Raises ValueError naming ``model`` when a signal is
+    missing or has the other direction."""
+    by_name = {n: (d, w) for d, n, w in design_ports(verilog_text, top)}
+    missing = [sig for sig in wanted if sig not in by_name]
+    if missing:
+        raise ValueError(f"{top} lacks the port signals {missing} ({model})")
+    for sig, direction in wanted.items():
+        if by_name[sig][0] != direction:
+            raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the {model} needs an "
+                             f"{direction}")
+    return {sig: by_name[sig][1] for sig in wanted}
 
 
 def _rng(n):

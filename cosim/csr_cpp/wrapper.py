@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosim.model_top import ModelSlot, design_ports, outside_input
+from cosim.model_top import ModelSlot, outside_input, slot_ports
 
 __all__ = ["CPP_SOURCE", "CSR_MODULE", "SELECT_PORT", "BUSY", "csr_slot", "csr_input"]
 
@@ -110,20 +110,14 @@ def csr_slot(verilog_text: str, top: str = "trainingcxl_device",
              prefix: str = "s_axil") -> ModelSlot:
     """The compiled master on the AXI4-Lite port ``<prefix>__*`` of ``top`` (selected by
     ``csr_cpp``), reading the design's ``irq``."""
-    by_name = {n: (d, w) for d, n, w in design_ports(verilog_text, top)}
-    for sig, direction in [(f"{prefix}__{p}", d) for p, d in _PORTS.items()] + [("irq",
-                                                                                  "output")]:
-        if sig not in by_name:
-            raise ValueError(f"{top} lacks the CSR port signal {sig}")
-        if by_name[sig][0] != direction:
-            raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the CSR master needs an "
-                             f"{direction}")
-    for p, w in (("wdata", 32), ("rdata", 32), ("wstrb", 4), ("bresp", 2), ("rresp", 2)):
-        if by_name[f"{prefix}__{p}"][1] != w:
-            raise ValueError(f"{top}.{prefix}__{p} is {by_name[f'{prefix}__{p}'][1]} bits, "
-                             f"the CSR master needs {w}")
-    aw = by_name[f"{prefix}__awaddr"][1]
-    if by_name[f"{prefix}__araddr"][1] != aw or aw > 32:
+    wanted = {f"{prefix}__{p}": d for p, d in _PORTS.items()}
+    w = slot_ports(verilog_text, top, {**wanted, "irq": "output"}, "CSR master")
+    for p, width in (("wdata", 32), ("rdata", 32), ("wstrb", 4), ("bresp", 2), ("rresp", 2)):
+        if w[f"{prefix}__{p}"] != width:
+            raise ValueError(f"{top}.{prefix}__{p} is {w[f'{prefix}__{p}']} bits, the CSR "
+                             f"master needs {width}")
+    aw = w[f"{prefix}__awaddr"]
+    if w[f"{prefix}__araddr"] != aw or aw > 32:
         raise ValueError(f"{top}: AW/AR address widths differ or exceed 32 bits")
     ports = {f"{prefix}__{p}": p for p in _PORTS}
     ports["irq"] = "irq"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosim.model_top import ModelSlot, design_ports, outside_input
+from cosim.model_top import ModelSlot, outside_input, slot_ports
 
 __all__ = ["CPP_SOURCE", "HOST_MODULE", "SELECT_PORT", "BUSY", "ATTACH", "host_slot",
            "host_input"]
@@ -114,15 +114,8 @@ endmodule
 
 def host_slot(verilog_text: str, top: str = "trainingcxl_device") -> ModelSlot:
     """The compiled host on the six CXL.mem channels of ``top`` (selected by ``host_cpp``)."""
-    by_name = {n: (d, w) for d, n, w in design_ports(verilog_text, top)}
-    widths = {}
-    for port, (sig, direction) in _CHANNELS.items():
-        if sig not in by_name:
-            raise ValueError(f"{top} lacks the CXL.mem channel signal {sig}")
-        if by_name[sig][0] != direction:
-            raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the host needs an "
-                             f"{direction}")
-        widths[port] = by_name[sig][1]
+    w = slot_ports(verilog_text, top, dict(_CHANNELS.values()), "CXL.mem host")
+    widths = {port: w[sig] for port, (sig, _) in _CHANNELS.items()}
     ports = {sig: port for port, (sig, _) in _CHANNELS.items()}
     return ModelSlot(module=HOST_MODULE, text=_module(widths), instance="host",
                      select=SELECT_PORT, ports=ports,

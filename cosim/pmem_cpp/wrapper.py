@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cosim.model_top import ModelSlot, design_ports
+from cosim.model_top import ModelSlot, slot_ports
 
 __all__ = ["CPP_SOURCE", "PMEM_MODULE", "SELECT_PORT", "pmem_slot"]
 
@@ -164,18 +164,11 @@ def pmem_slot(verilog_text: str, top: str = "trainingcxl_device",
               prefix: str = "m_axi_") -> ModelSlot:
     """The C++ PMEM model on the AXI4 master port ``<prefix>_<name>`` of ``top``
     (:class:`cosim.model_top.ModelSlot`, selected by :data:`SELECT_PORT`)."""
-    by_name = {n: (d, w) for d, n, w in design_ports(verilog_text, top)}
     media = {f"{prefix}_{n}": n for n, _ in _MEDIA}
     direction = dict(_MEDIA)
-    missing = [s for s in media if s not in by_name]
-    if missing:
-        raise ValueError(f"{top} lacks media port signals {missing}")
-    for sig, n in media.items():
-        want = direction[n]
-        got = "out" if by_name[sig][0] == "output" else "in"
-        if got != want:
-            raise ValueError(f"{top}.{sig} is an {by_name[sig][0]}, the PMEM needs it {want}put")
-    widths = {n: by_name[s][1] for s, n in media.items()}
+    w = slot_ports(verilog_text, top, {s: f"{direction[n]}put" for s, n in media.items()},
+                   "PMEM model")
+    widths = {n: w[s] for s, n in media.items()}
     return ModelSlot(module=PMEM_MODULE, text=_pmem_module(widths), instance="pmem",
                      select=SELECT_PORT, ports=media,
                      drives=tuple(s for s, n in media.items() if direction[n] == "in"))

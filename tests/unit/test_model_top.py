@@ -15,7 +15,7 @@ import pytest
 
 from cosim import build as cb
 from cosim.model_top import (EXT_PREFIX, ModelSlot, design_ports, model_top,
-                              simulator_functions)
+                              simulator_functions, slot_ports)
 
 DESIGN = """
 module dut(clk, rst, a, a_valid, y, done);
@@ -106,20 +106,33 @@ def test_design_without_clock_refused():
         model_top(DESIGN.replace("clk", "clock"), "dut", "sim_top", [_slot()])
 
 
+def test_slot_ports_widths_and_refusals():
+    assert slot_ports(DESIGN, "dut", {"a": "input", "y": "output"}, "m") == {"a": 8, "y": 8}
+    with pytest.raises(ValueError, match=r"lacks the port signals \['b'\] \(m\)"):
+        slot_ports(DESIGN, "dut", {"a": "input", "b": "input"}, "m")
+    with pytest.raises(ValueError, match="dut.y is an output, the m needs an input"):
+        slot_ports(DESIGN, "dut", {"y": "input"}, "m")
+
+
 def test_device_slots_drive_disjoint_signals():
-    """The PMEM and host slots of the device drive disjoint design inputs, and the host slot
-    drives exactly the M2S payload/valid and the S2M readies (model_top would refuse an
-    overlap; this names what each drives)."""
+    """The PMEM, host and CSR slots of the device drive disjoint design inputs; the host slot
+    drives exactly the M2S payload/valid and the S2M readies, the CSR slot the AXI4-Lite
+    master's signals (model_top would refuse an overlap; this names what each drives)."""
+    from cosim.csr_cpp.wrapper import csr_slot
     from cosim.host_cpp.wrapper import host_slot
     from cosim.pmem_cpp.wrapper import pmem_slot
     from hw.config import DeviceConfig
     v = cb.device_verilog(DeviceConfig())
-    pm, host = pmem_slot(v), host_slot(v)
+    pm, host, csr = pmem_slot(v), host_slot(v), csr_slot(v)
     assert not set(pm.drives) & set(host.drives)
+    assert not (set(pm.drives) | set(host.drives)) & set(csr.drives)
     assert set(host.drives) == {f"{c}__{p}" for c in ("m2s_req", "m2s_rwd", "m2s_birsp")
                                 for p in ("valid", "payload")} | \
         {f"{c}__ready" for c in ("s2m_ndr", "s2m_drs", "s2m_bisnp")}
     assert all(s.startswith("m_axi_") for s in pm.drives)
+    assert set(csr.drives) == {f"s_axil__{p}" for p in ("awaddr", "awvalid", "wdata", "wstrb",
+                                                          "wvalid", "bready", "araddr",
+                                                          "arvalid", "rready")}
 
 
 def test_simulator_functions_types_what_exists_and_names_what_does_not():

@@ -194,7 +194,7 @@ def _checker(layout, tables, mlp_lag, seed) -> TwinChecker:
 
 # ---- the checker in a child process -------------------------------------------------------------
 
-_SYNC = ("check_recovery", "compare_memory", "close")     # calls that wait for the child
+_SYNC = ("_start", "check_recovery", "compare_memory", "close")   # calls that wait for the child
 
 
 def _write_frame(fd: int, obj):
@@ -268,7 +268,7 @@ class TwinProcess:
         if self._closed:
             raise RuntimeError("the golden-model twin process is closed")
         self._poll()
-        sync = name in _SYNC or name == "_start"
+        sync = name in _SYNC
         try:
             _write_frame(self._w, (name, args, kw, sync))
         except BrokenPipeError:

@@ -37,8 +37,14 @@ def _int_array(arr, dtype, lo: int, hi: int, what: str) -> np.ndarray:
     return a.astype(dtype)
 
 
-def differing_lines(a: "MemoryImage | LineSnapshot", b: "MemoryImage | LineSnapshot", *, skip: tuple[int, int] | None = None,
-                    limit: int | None = None) -> list[int]:
+def line_dict(addrs, raw: bytes) -> dict:
+    """``{address: bytearray(64)}`` of lines given as their addresses and their contents
+    concatenated in the same order (a memory's line store, :attr:`MemoryImage._lines`)."""
+    return {int(a): bytearray(raw[LINE * i:LINE * (i + 1)]) for i, a in enumerate(addrs)}
+
+
+def differing_lines(a: "MemoryImage | LineSnapshot", b: "MemoryImage | LineSnapshot", *,
+                    skip: tuple[int, int] | None = None, limit: int | None = None) -> list[int]:
     """Ascending addresses of the lines whose contents differ between images ``a`` and ``b``
     (an unwritten line reads as its image's fill), lines in ``skip = (lo, hi)`` left out, at
     most ``limit`` of them (None: all). Contents only: poison bits are not compared
@@ -102,9 +108,7 @@ class LineSnapshot:
 
     def to_image(self) -> "MemoryImage":
         m = MemoryImage(self.size, self.fill)
-        raw = self.data.tobytes()
-        m._lines = {int(a): bytearray(raw[LINE * i:LINE * (i + 1)])
-                    for i, a in enumerate(self.addrs.tolist())}
+        m._lines = line_dict(self.addrs.tolist(), self.data.tobytes())
         m.poisoned = set(self.poisoned)
         return m
 

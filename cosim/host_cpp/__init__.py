@@ -146,12 +146,10 @@ class _Kind:
         req, rwd = _packers()
         self.packer = pk = rwd if self.rwd else req
         if self.rwd:
-            hdr = _rwd_payload(op, snp, mf, mv, 0, 0, bytes(LINE), 0)["hdr"]
-            self.const = pk.pack(hdr, bytes(LINE), 0)
+            self.const = pk.pack(_rwd_payload(op, snp, mf, mv, 0, 0, bytes(LINE), 0)["hdr"],
+                                 bytes(LINE), 0)
         else:
-            hdr = _req_payload(op, snp, mf, mv, 0, 0)["hdr"]
-            self.const = pk.pack(hdr)
-        self.hdr = hdr
+            self.const = pk.pack(_req_payload(op, snp, mf, mv, 0, 0)["hdr"])
         self.tag_off = pk.hdr["tag"][0]
         self.addr_off, self.addr_bits = pk.hdr["addr"]
         self.nbytes = 4 * pk.words

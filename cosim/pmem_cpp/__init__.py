@@ -39,7 +39,7 @@ from cosim.model_top import simulator_functions
 from cosim.pmem import ClockCount, PendingWrite, PmemModel, WriteRecord, _now
 from cosim.pmem_cpp.wrapper import SELECT_PORT
 from cosim.tb.config import PMEM_MODELS
-from sw_model.memory import LINE, MemoryImage
+from sw_model.memory import LINE, MemoryImage, line_dict
 
 __all__ = ["CppPmemModel", "CppMemory", "protocol_error", "cpp_available", "pmem_model",
            "PMEM_MODELS"]
@@ -118,8 +118,7 @@ class CppMemory(MemoryImage):
 
     def _fresh_lines(self) -> dict:
         addrs, data = self._dump()
-        raw = data.raw
-        return {a: bytearray(raw[LINE * i:LINE * (i + 1)]) for i, a in enumerate(addrs)}
+        return line_dict(addrs, data.raw)
 
     @property
     def _lines(self) -> dict:

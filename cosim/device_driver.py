@@ -436,9 +436,7 @@ class DeviceDriver:
                                                 wait=4096 if irq is not None else self.poll,
                                                 timeout=timeout)
             if not matched:
-                raise DriverError(f"CPL_HEAD did not reach {target} in "
-                                  f"{self.pmem.cycle - t0} cycles (CMD_HEAD "
-                                  f"{await self.read('CMD_HEAD')}): {await self.error_state()}")
+                raise await self._head_timeout(target, self.pmem.cycle - t0)
             self.cycles_waited += self.pmem.cycle - t0
             return
         while True:
@@ -448,9 +446,7 @@ class DeviceDriver:
                 break
             waited = self.pmem.cycle - t0
             if waited >= timeout:
-                raise DriverError(f"CPL_HEAD did not reach {target} in {waited} cycles "
-                                  f"(CMD_HEAD {await self.read('CMD_HEAD')}): "
-                                  f"{await self.error_state()}")
+                raise await self._head_timeout(target, waited)
             if irq is not None:
                 if not irq.value:
                     # a Timer, not ClockCycles: ClockCycles wakes Python on every edge
@@ -458,6 +454,10 @@ class DeviceDriver:
             else:
                 await ClockCycles(self.clock, self.poll)
         self.cycles_waited += self.pmem.cycle - t0
+
+    async def _head_timeout(self, target: int, waited: int) -> DriverError:
+        return DriverError(f"CPL_HEAD did not reach {target} in {waited} cycles (CMD_HEAD "
+                           f"{await self.read('CMD_HEAD')}): {await self.error_state()}")
 
     # ------------------------------------------------------------------ MLP snapshots
     @staticmethod

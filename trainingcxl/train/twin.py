@@ -172,6 +172,8 @@ class TwinChecker:
     def close(self):
         pass
 
+    kill = close        # (TwinProcess.kill ends its child without waiting for the checks)
+
 
 def make_twin(mode: str, layout, tables, *, mlp_lag, seed: int):
     """The twin checker for ``mode`` (``TWIN_MODES``) over a ``ModelDevice(layout, tables,

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosim import build as cb
+from cosim.csr_cpp import CSR_MODELS
+from cosim.host_cpp import HOST_MODELS
 from cosim.tb.config import PMEM_MODELS
 from trainingcxl import cluster
 
@@ -302,8 +304,6 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
 
-    from cosim.csr_cpp import CSR_MODELS
-    from cosim.host_cpp import HOST_MODELS
     for name, value, allowed in (("pmem", pmem, PMEM_MODELS), ("host", host, HOST_MODELS),
                                  ("csr", csr, CSR_MODELS)):
         if value not in allowed:
@@ -411,10 +411,10 @@ def main(argv=None) -> int:
                    help="PMEM model on the media port: cpp (compiled into the simulator, the "
                         "same build) or python (cosim.pmem); same images and verdicts "
                         f"(default {DEFAULT_PMEM})")
-    p.add_argument("--host", default="python", choices=("python", "cpp"),
+    p.add_argument("--host", default="python", choices=HOST_MODELS,
                    help="the driver's CXL.mem host: python (cosim.cxl_host, the default) or "
                         "cpp (compiled into the simulator, cosim.host_cpp)")
-    p.add_argument("--csr", default="python", choices=("python", "cpp"),
+    p.add_argument("--csr", default="python", choices=CSR_MODELS,
                    help="the driver's AXI4-Lite CSR master: python (cocotbext-axi, the "
                         "default) or cpp (compiled into the simulator, cosim.csr_cpp)")
     p.add_argument("--replay", default="open", choices=["open", "all"],

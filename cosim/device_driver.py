@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 import random
 
-from cocotb.triggers import ClockCycles, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, First, RisingEdge, Timer
 
 from cosim import fcov
 from hw.encodings import CPL_BYTES, CPL_FIELDS, DESC_BYTES, DeviceError, unpack_fields
@@ -176,12 +176,10 @@ class DeviceDriver:
         self.reset_sig.value = 0
         await ClockCycles(self.clock, 2)
         ready = getattr(self.dut, "ready", None)
-        if ready is not None:
-            for _ in range(100_000):
-                if ready.value:
-                    break
-                await RisingEdge(self.clock)
-            else:
+        if ready is not None and not ready.value:
+            # one wake at the edge `ready` rises (a registered output), not one per edge
+            await First(RisingEdge(ready), Timer(100_000 * self.pmem.period, "step"))
+            if not ready.value:
                 raise DriverError("DCOH not ready 100000 cycles after reset")
         self.ring_base = self.cpl_base = None
         self.ring_size = self.tail = 0
@@ -269,13 +267,22 @@ class DeviceDriver:
 
         ``sleep_on_irq``: IRQ_ENABLE = RECOVERED|ERR (left so) and sleep on the interrupt
         between STATUS reads instead of polling every ``poll`` cycles, which wakes Python on
-        every edge (a long recovery costs thousands of wake-ups)."""
-        from cocotb.triggers import First
+        every edge (a long recovery costs thousands of wake-ups). A CSR master with ``poll``
+        (the compiled one) reads STATUS every ``poll`` cycles in one job until RECOVERING is
+        low, so the wait costs Python two wake-ups."""
         t0 = self.pmem.cycle
         await self.start_recover(sleep_on_irq=sleep_on_irq)
         waited = 0
+        compiled = hasattr(self.csr, "poll")
         while True:
-            st = await self.read("STATUS")
+            if compiled:
+                # one job reads STATUS every `poll` cycles (or on irq) until RECOVERING is low
+                _, st, _ = await self.csr.poll(
+                    "STATUS", 0, mask=self.STATUS_RECOVERING,
+                    wait=4096 if sleep_on_irq else self.poll,
+                    timeout=max(timeout - (self.pmem.cycle - t0), 0))
+            else:
+                st = await self.read("STATUS")
             if st & self.STATUS_READY and not st & self.STATUS_RECOVERING:
                 break
             if (st & self.STATUS_ERROR and
@@ -284,12 +291,14 @@ class DeviceDriver:
                 # refused with CSR_BUSY): RECOVERING is already set when the first STATUS
                 # read after the CONTROL write lands, so this is not a recovery yet to start
                 raise DriverError(f"recovery stopped unready: {await self.error_state()}")
-            if sleep_on_irq:
+            if sleep_on_irq or compiled:
                 waited = self.pmem.cycle - t0
             if waited >= timeout:
                 raise DriverError(f"recovery not complete after {waited} cycles: "
                                   f"{await self.error_state()}")
-            if sleep_on_irq:
+            if compiled:            # neither READY nor RECOVERING: read again `poll` cycles on
+                await Timer(self.poll * self.pmem.period, "step")
+            elif sleep_on_irq:
                 if not self.dut.irq.value:
                     # a Timer, not ClockCycles: ClockCycles wakes Python on every edge
                     await First(RisingEdge(self.dut.irq), Timer(4096 * self.pmem.period, "step"))
@@ -427,7 +436,6 @@ class DeviceDriver:
         interrupt (IRQ_ENABLE.CPL, IRQ_STATUS.CPL cleared before each check, so no completion
         is missed), else poll every ``poll`` cycles. A CSR master with ``poll`` (the compiled
         one) runs the whole wait as one job."""
-        from cocotb.triggers import First
         irq = getattr(self.dut, "irq", None) if self.use_irq else None
         t0 = self.pmem.cycle
         if hasattr(self.csr, "poll"):

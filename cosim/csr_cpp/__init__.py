@@ -23,6 +23,8 @@ __all__ = ["CppCsrMaster", "CSR_MODELS", "CsrProtocolError"]
 
 CSR_MODELS = ("python", "cpp")
 WRITE, READ, POLL = 0, 1, 2
+_OP_FIELDS = 11         # kind, addr, data, strb, want, clear, clear_addr, clear_data, wait,
+                        # timeout, mask (csr_dpi.cpp's order)
 _RESULT_FIELDS = 7      # done, resp, rdata, matched, reads, t_start, t_done
 
 
@@ -73,7 +75,7 @@ class CppCsrMaster(CsrAccess):
             raise CsrProtocolError(f"compiled CSR master: {err}")
 
     async def _run(self, ops, timeout: int):
-        """Run the operations ``ops`` (10 values each, csr_dpi.cpp's order) after the jobs of
+        """Run the operations ``ops`` (``_OP_FIELDS`` values each) after the jobs of
         other coroutines (one job at a time, in the order asked, as cocotbext-axi's master
         queues accesses); returns their results (``_RESULT_FIELDS`` values each)."""
         async with self._lock:
@@ -89,7 +91,7 @@ class CppCsrMaster(CsrAccess):
                 if not 0 <= a < 1 << self.addr_bits:
                     raise ValueError(f"CSR address {a:#x} outside the port's "
                                      f"{self.addr_bits}-bit address space")
-        flat = (ctypes.c_ulonglong * (10 * n))(*[int(v) for op in ops for v in op])
+        flat = (ctypes.c_ulonglong * (_OP_FIELDS * n))(*[int(v) for op in ops for v in op])
         if self._lib.tcxl_csr_submit(n, flat) != 0:
             raise CsrProtocolError("compiled CSR master: a job is still running")
         self.stats["jobs"] += 1
@@ -111,28 +113,32 @@ class CppCsrMaster(CsrAccess):
 
     # ---- raw (CsrAccess) ----------------------------------------------------------------------
     async def raw_read(self, addr: int) -> tuple[int, int]:
-        (_, resp, data, *_), = await self._run([(READ, addr & ~3, 0, 0, 0, 0, 0, 0, 0, 0)],
+        (_, resp, data, *_), = await self._run([(READ, addr & ~3, 0, 0, 0, 0, 0, 0, 0, 0, 0)],
                                                self.timeout)
         return int(data), int(resp)
 
     async def raw_write(self, addr: int, value: int, strb: int = 0xF) -> int:
         self._check_strb(strb)
         (_, resp, *_), = await self._run(
-            [(WRITE, addr & ~3, int(value) & 0xFFFF_FFFF, strb, 0, 0, 0, 0, 0, 0)],
+            [(WRITE, addr & ~3, int(value) & 0xFFFF_FFFF, strb, 0, 0, 0, 0, 0, 0, 0)],
             self.timeout)
         return int(resp)
 
     # ---- compound -----------------------------------------------------------------------------
-    async def poll(self, name: str, want: int, *, clear: tuple[str, int] | None = None,
-                   wait: int = 4096, timeout: int = 500_000) -> tuple[bool, int, int]:
-        """Until register ``name`` reads ``want``: [write ``clear`` = (register, value)], read,
-        and if not there yet sleep until ``irq`` is high (at most ``wait`` cycles), again; gives
-        up ``timeout`` cycles after it began. Returns (matched, the last value read, the number
+    async def poll(self, name: str, want: int, *, mask: int = 0xFFFF_FFFF,
+                   clear: tuple[str, int] | None = None, wait: int = 4096,
+                   timeout: int = 500_000) -> tuple[bool, int, int]:
+        """Until register ``name`` ANDed with ``mask`` reads ``want``: [write ``clear`` =
+        (register, value)], read, and if not there yet sleep until ``irq`` is high (at most
+        ``wait`` cycles), again; gives up ``timeout`` cycles after it began. Returns (matched, the last value read, the number
         of reads); raises :class:`cosim.csr.CsrResponseError` on a non-OKAY response."""
+        if int(want) & ~int(mask) & 0xFFFF_FFFF:
+            raise ValueError(f"poll of {name}: want {want:#x} has bits outside mask {mask:#x}")
         ca, cv = (self.map.offset(clear[0]), int(clear[1])) if clear else (0, 0)
         (_, resp, data, matched, reads, *_), = await self._run(
             [(POLL, self.map.offset(name), 0, 0, int(want) & 0xFFFF_FFFF, int(bool(clear)), ca,
-              cv, int(wait), int(timeout))], int(timeout) + int(wait) + self.timeout)
+              cv, int(wait), int(timeout), int(mask) & 0xFFFF_FFFF)],
+            int(timeout) + int(wait) + self.timeout)
         if resp != OKAY:
             what = f"read of {name}" if reads else f"write to {clear[0]}"
             raise CsrResponseError(f"{what} answered resp {resp:#04b} while polling {name}")

@@ -7,11 +7,12 @@
 // Python hands over a job: a list of operations, run one after the other.
 //   WRITE addr data strb  AW and W offered together, each until taken, then the B awaited.
 //   READ  addr            AR offered until taken, then the R awaited.
-//   POLL  addr want ...   the completion wait of cosim.device_driver.DeviceDriver.wait_head:
+//   POLL  addr want mask  the completion and recovery waits of cosim.device_driver:
 //                         [WRITE clear_addr clear_data (write-1-to-clear)], READ addr; done
-//                         when the data equals `want`, or with `timeout` cycles gone since the
-//                         operation began (then not matched); else wait until the edge that
-//                         samples `irq` high (or `wait` cycles) and again.
+//                         when the data ANDed with `mask` equals `want`, or with `timeout`
+//                         cycles gone since the operation began (then not matched); else
+//                         wait until the edge that samples `irq` high (or `wait` cycles) and
+//                         again.
 // Each operation's response is returned (Python raises on a non-OKAY one). BREADY and
 // RREADY are high outside reset; a B or R with no request outstanding, or a B before both AW and
 // W were transferred, is a protocol violation that stops the job. A reset drops the job (a power
@@ -32,12 +33,14 @@
 namespace {
 
 enum Kind { WRITE = 0, READ = 1, POLL = 2 };
+constexpr unsigned OP_VALUES = 11;     // per operation in tcxl_csr_submit
 enum Phase { START, W_SEND, W_RESP, R_SEND, R_RESP, WAIT };
 
 struct Op {
     uint32_t kind = 0, addr = 0, data = 0, strb = 0;
     uint32_t want = 0, clear = 0, clear_addr = 0, clear_data = 0;
     uint64_t wait = 0, timeout = 0;
+    uint32_t mask = 0xFFFFFFFFu;
     // results
     bool done = false, matched = false;
     int resp = -1;
@@ -128,7 +131,7 @@ struct Csr {
         ++o.reads;
         if (o.kind == READ || resp != 0) {
             finish(o);
-        } else if (data == o.want) {
+        } else if ((data & o.mask) == o.want) {
             o.matched = true;
             finish(o);
         } else if (uint64_t(int64_t(edge) - o.t_start) >= o.timeout) {
@@ -180,15 +183,15 @@ int tcxl_csr_edge(svBit rst, svBit selected, svBit awready, svBit wready, svBit 
     return 0;
 }
 
-// A job of n operations, 10 values each in `ops`: kind, addr, data, strb, want, clear,
-// clear_addr, clear_data, wait, timeout. Returns 0, or -1 when a job is still running.
+// A job of n operations, 11 values each in `ops`: kind, addr, data, strb, want, clear,
+// clear_addr, clear_data, wait, timeout, mask. Returns 0, or -1 when a job is still running.
 int tcxl_csr_submit(unsigned n, const unsigned long long *v) {
     Csr &c = C;
     if (c.busy()) return -1;
     c.clear_job();
     c.ops.resize(n);
     for (unsigned i = 0; i < n; ++i) {
-        const unsigned long long *p = v + 10 * i;
+        const unsigned long long *p = v + OP_VALUES * i;
         Op &o = c.ops[i];
         o.kind = uint32_t(p[0]);
         o.addr = uint32_t(p[1]);
@@ -200,6 +203,7 @@ int tcxl_csr_submit(unsigned n, const unsigned long long *v) {
         o.clear_data = uint32_t(p[7]);
         o.wait = p[8];
         o.timeout = p[9];
+        o.mask = uint32_t(p[10]);
     }
     return 0;
 }

@@ -109,6 +109,19 @@ async def csr_cpp_poll(dut):
     assert not matched and value == head and reads >= 600 // (64 + 16), (value, reads)
     assert 600 <= waited <= 600 + 64 + 32, waited
     assert await cpp.read("IRQ_STATUS") == 0
+    # a mask: only the masked bits are compared (the recovery wait polls STATUS so)
+    ready = tb.drv.STATUS_READY
+    st = await cpp.read("STATUS")
+    assert st & ready and st != ready | 1, hex(st)
+    assert await cpp.poll("STATUS", ready, mask=ready, timeout=100) == (True, st, 1)
+    matched, value, reads = await cpp.poll("STATUS", 0, mask=ready, wait=16, timeout=100)
+    assert not matched and value == st and reads >= 100 // (16 + 16), (matched, value, reads)
+    try:
+        await cpp.poll("STATUS", ready | 1, mask=ready)
+    except ValueError as e:
+        assert "outside mask" in str(e), str(e)
+    else:
+        raise AssertionError("a poll wanting bits outside its mask was accepted")
 
 
 @cocotb.test()

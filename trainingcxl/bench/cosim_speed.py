@@ -14,7 +14,14 @@ the simulator's start and the golden-model reference runs excluded). Every run m
 its golden-model twin; runs with the same host and CSR master must end with the same cycle
 count (the PMEM models are cycle-identical; the twin does not touch the simulation), and the
 harnesses' runs are the same training (tests/cosim/train). One simulator build serves every
-harness (``cosim.build.device_build``). Writes the rows as JSON.
+harness (``cosim.build.device_build``). Writes the rows as JSON (``harnesses``).
+
+``--verilator`` (``make bench`` gives it) adds, in the same rounds, Verilator alone under the
+training load (:func:`trainingcxl.bench.verilator_speed.training_replay`: a ``--batches N
+--crashes 1`` run recorded cycle by cycle, replayed from C++ with no testbench, the default
+configuration's Verilog with the cocotb builds' Verilator options, every output checked once),
+three timed replays per round, and the ratio of the default harness's speed to the median of
+those per round: what a testbench gets of what the model alone can do.
 """
 from __future__ import annotations
 
@@ -58,15 +65,24 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="smoke size: 4 batches, one round")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=Path, default=Path("build/bench/cosim_speed.json"))
+    ap.add_argument("--verilator", action="store_true",
+                    help="also Verilator alone replaying the recorded training load, in the "
+                         "same rounds, and the ratio")
     a = ap.parse_args(argv)
     if a.quick:
         a.batches, a.repeats = 4, 1
     if a.batches < 1 or a.repeats < 1:
         ap.error("--batches and --repeats must be at least 1")
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    rows = []
+    rows, alone = [], []
     print(f"co-simulation speed of the main job ({a.batches} batches, {a.repeats} rounds)",
           flush=True)
+    replay = None
+    if a.verilator:
+        from trainingcxl.bench.verilator_speed import replay_rate, training_replay
+        replay = training_replay(a.out.parent / "cosim_speed-verilator", max(a.batches, 3))
+        print(f"  Verilator alone: replay of {replay[2]:,} recorded cycles built and checked",
+              flush=True)
     with tempfile.TemporaryDirectory(prefix="cosim_speed-") as tmp:
         for r in range(a.repeats):
             for h in HARNESSES:
@@ -76,6 +92,11 @@ def main(argv=None) -> int:
                 print(f"  pmem {h[0]:6s} host {h[1]:6s} csr {h[2]:6s} twin {h[3]:7s} round "
                       f"{r}: {row['cycles']} cycles in {row['wall_s']:.2f} s = "
                       f"{row['cycles_per_s']} cycles/s", flush=True)
+            if replay is not None:
+                rates = sorted(replay_rate(*replay) for _ in range(3))
+                alone.append(round(rates[1]))
+                print(f"  Verilator alone, training load, round {r}: {alone[-1]} cycles/s "
+                      f"(median of 3 replays)", flush=True)
     for host, csr in {(h[1], h[2]) for h in HARNESSES}:
         cycles = {row["cycles"] for row in rows if (row["host"], row["csr"]) == (host, csr)}
         if len(cycles) != 1:
@@ -89,7 +110,19 @@ def main(argv=None) -> int:
         walls = ", ".join(f"{x['wall_s']:.2f}" for x in mine)
         speeds = ", ".join(str(x["cycles_per_s"]) for x in mine)
         print(f"| {' | '.join(h)} | {mine[0]['cycles']} | {walls} | {speeds} |")
-    a.out.write_text(json.dumps(rows, indent=1))
+    result = {"harnesses": rows, "verilator_alone": None}
+    if alone:
+        default = [row["cycles_per_s"] for row in rows
+                   if tuple(row[f] for f in FIELDS) == HARNESSES[-1]]
+        ratios = [round(x / y, 3) for x, y in zip(default, alone)]
+        print(f"| Verilator alone, training load replayed (no testbench) | | | | "
+              f"{replay[2]} | | {', '.join(map(str, alone))} |")
+        print(f"\ndefault harness / Verilator alone, per round: "
+              f"{', '.join(f'{x:.2f}' for x in ratios)}")
+        result["verilator_alone"] = {
+            "cycles_per_s": alone, "recorded_cycles": replay[2], "replays_per_round": 3,
+            "default_over_alone": ratios}
+    a.out.write_text(json.dumps(result, indent=1))
     print(f"wrote {a.out}")
     return 0
 

@@ -6,7 +6,9 @@ build/bench/.
 ``--verilator`` adds the Verilator-alone speed of the full device (``verilator_speed``: one
 C++-only build per configuration and option set, several minutes each when cold), idle and
 under the training job's load (a 4-batch `trainingcxl train` with one power failure recorded
-cycle by cycle, then replayed from C++ with every output checked).
+cycle by cycle, then replayed from C++ with every output checked), and makes the
+``cosim_speed`` section time such a replay in its own rounds, beside the co-simulation of the
+main job, with the ratio of the two.
 
 Each benchmark section is a task (:mod:`trainingcxl.cluster`): by default they run one after
 the other in this process, printing as they go; with ``--workers N`` or ``--scheduler ADDRESS``
@@ -68,7 +70,9 @@ def main(argv=None):
     try:
         with cluster.executor_from_args(args) as ex:
             capture = not isinstance(ex, cluster.SerialExecutor)
-            sections = [BenchSection(name, tuple(extra + ["--out", str(out / f"{name}.json")]),
+            sections = [BenchSection(name, tuple(extra + ["--out", str(out / f"{name}.json")] +
+                                                 (["--verilator"] if args.verilator and
+                                                  name == "cosim_speed" else [])),
                                      capture) for name in SECTIONS]
             if args.verilator:
                 sections.append(BenchSection("verilator_speed",

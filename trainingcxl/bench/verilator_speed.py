@@ -44,7 +44,8 @@ import time
 from io import BytesIO
 from pathlib import Path
 
-__all__ = ["OPTION_SETS", "main", "measure_interleaved", "harness_cpp"]
+__all__ = ["OPTION_SETS", "main", "measure_interleaved", "harness_cpp", "training_replay",
+           "replay_rate", "check_replay"]
 
 TOP = "trainingcxl_device"
 OPTION_SETS = {
@@ -274,10 +275,9 @@ def measure_interleaved(exes: list, cycles: int, repeats: int = 3) -> list:
             for k in range(len(exes))]
 
 
-def measure_replay(exe: Path, stim: Path, cycles: int, repeats: int = 3) -> dict:
-    """Replay ``cycles`` cycles of the recording ``stim``: one run comparing every output of
-    every cycle (raises SystemExit at the first mismatch), then ``repeats`` timed runs without
-    the comparison; best and median cycles/s of those."""
+def check_replay(exe: Path, stim: Path, cycles: int) -> int:
+    """One replay of ``cycles`` cycles of the recording ``stim`` comparing every output of every
+    cycle; raises SystemExit at the first mismatch. Returns the cycles checked."""
     r = subprocess.run([str(exe), str(stim), str(cycles), "1"], capture_output=True, text=True)
     try:
         chk = json.loads(r.stdout.strip().splitlines()[-1])
@@ -288,13 +288,46 @@ def measure_replay(exe: Path, stim: Path, cycles: int, repeats: int = 3) -> dict
                          f"{chk['mismatch_cycle']} (output {chk['mismatch_port']}): the "
                          "recording was made with another hw tree or the model is not "
                          "deterministic")
-    rates = []
-    for _ in range(repeats):
-        out = subprocess.run([str(exe), str(stim), str(cycles), "0"], check=True,
-                             capture_output=True, text=True).stdout
-        x = json.loads(out.strip().splitlines()[-1])
-        rates.append(x["cycles"] / x["seconds"])
-    return dict(_summary(rates), outputs_checked_cycles=chk["cycles"])
+    return chk["cycles"]
+
+
+def replay_rate(exe: Path, stim: Path, cycles: int) -> float:
+    """Cycles/s of one replay of ``cycles`` cycles of ``stim`` without the comparison."""
+    out = subprocess.run([str(exe), str(stim), str(cycles), "0"], check=True,
+                         capture_output=True, text=True).stdout
+    x = json.loads(out.strip().splitlines()[-1])
+    return x["cycles"] / x["seconds"]
+
+
+def measure_replay(exe: Path, stim: Path, cycles: int, repeats: int = 3) -> dict:
+    """Replay ``cycles`` cycles of the recording ``stim``: one run comparing every output of
+    every cycle (:func:`check_replay`), then ``repeats`` timed runs without the comparison;
+    best and median cycles/s of those."""
+    checked = check_replay(exe, stim, cycles)
+    rates = [replay_rate(exe, stim, cycles) for _ in range(repeats)]
+    return dict(_summary(rates), outputs_checked_cycles=checked)
+
+
+def training_replay(out: Path, batches: int = 4, opts: str = "cocotb") -> tuple[Path, Path, int]:
+    """Verilator alone under the training load, ready to time: records ``<out>/stimulus`` (a
+    ``trainingcxl train --batches batches --crashes 1`` run of the default configuration, as
+    ``--record``), builds the replay of this installation's ``hw`` with the option set ``opts``
+    (cached under ``<out>/verilator``) and checks every output of every cycle once. Returns
+    (replay executable, stimulus directory, recorded cycles) for :func:`replay_rate`."""
+    from cosim.trace.stimulus import load_manifest
+    stim = Path(out).resolve() / "stimulus"
+    _record(stim, batches, Path(out).resolve() / "stimulus-run")
+    man = load_manifest(stim)
+    config = _config_name(man["config"])
+    here = Path(__file__).resolve().parents[2]
+    with tempfile.TemporaryDirectory() as tmp:
+        verilog, _ = _verilog(here, config, Path(tmp))
+    root = Path(out).resolve() / "verilator"
+    root.mkdir(parents=True, exist_ok=True)
+    exe = _build(verilog, replay_cpp(man), opts, root)
+    write_init(stim, man)
+    check_replay(exe, stim, man["cycles"])
+    return exe, stim, man["cycles"]
 
 
 def _config_name(cfg_json: dict) -> str | None:

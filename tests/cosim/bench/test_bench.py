@@ -35,3 +35,24 @@ def test_dcoh_bench_quick(tmp_path, monkeypatch):
     assert len(rep["throughput"]) == 8
     for r in rep["throughput"]:
         assert 0 < r["req_per_cycle"] <= 1.0
+
+
+@pytest.mark.cosim
+def test_cosim_speed_quick_beside_verilator_alone(tmp_path, monkeypatch):
+    """Co-simulation speed smoke with ``--verilator`` (as `make bench` runs it): every harness
+    ran the same training (each run agreed with its twin, runs with the same host and CSR master
+    ended on the same cycle; the bench fails otherwise), and Verilator alone replayed the
+    recorded training load (every output of every cycle checked against the recording once) in
+    the same round, the ratio taken from the two figures of that round."""
+    from trainingcxl.bench import cosim_speed
+    monkeypatch.chdir(tmp_path)
+    out = pathlib.Path("c.json")
+    assert cosim_speed.main(["--quick", "--verilator", "--out", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    rows = rep["harnesses"]
+    assert [tuple(r[f] for f in cosim_speed.FIELDS) for r in rows] == list(cosim_speed.HARNESSES)
+    assert all(r["cycles"] > 0 and r["cycles_per_s"] > 0 for r in rows)
+    alone = rep["verilator_alone"]
+    assert alone["recorded_cycles"] > 0 and len(alone["cycles_per_s"]) == 1
+    assert alone["default_over_alone"] == [round(rows[-1]["cycles_per_s"] /
+                                                 alone["cycles_per_s"][0], 3)]

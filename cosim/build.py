@@ -80,7 +80,8 @@ from xml.etree import ElementTree
 __all__ = [
     "cache_dir", "VERILATOR_ARGS", "ICARUS_ARGS", "TIMESCALE", "SIMULATORS", "Build", "Results",
     "CosimError", "verilator_env", "icarus_missing", "generate_verilog", "build", "run",
-    "waves_requested", "is_built", "device_build", "DEVICE_SIM_TOP", "device_verilog",
+    "waves_requested", "is_built", "device_build", "DEVICE_SIM_TOP", "DEVICE_CLOCK_NS",
+    "device_verilog",
     "COVERAGE_ARGS", "COVERAGE_ENV", "coverage_requested", "RUN_LEDGER_ENV", "count_results",
     "MUTANTS_ENV", "MUTANT_ENV",
 ]
@@ -124,7 +125,10 @@ ICARUS_ARGS = ("-g2005",)
 
 # The wheel's verilated.mk leaves this empty, so a design split into several C++ files fails to
 # link (`Vtop__pch.h.slow: linker input file not found`).
-_MAKEFLAGS_BASE = "-j2 CFG_CXXFLAGS_PCH_I=-include"   # -j2: CI has two cores; builds run in turn
+# It also leaves the C++ coroutine flags empty, which builds with --timing (the device top's
+# own clock, DEVICE_CLOCK_NS) need; GCC 12 has them in C++20 with -fcoroutines.
+_MAKEFLAGS_BASE = ("-j2 CFG_CXXFLAGS_PCH_I=-include "     # -j2: CI has two cores; builds run in turn
+                   "CFG_CXXFLAGS_COROUTINES=-std=gnu++20\\ -fcoroutines")
 # Optimise only the per-cycle code (OPT_FAST); the "slow" files (constructors, the VPI symbol
 # table that cocotb's public signals make huge) stay unoptimised: with -O3 on everything the
 # C++ compile of the device top took over 7 minutes, and it gains nothing at run time.
@@ -373,16 +377,24 @@ def is_built(build: Build) -> bool:
 
 
 DEVICE_SIM_TOP = "trainingcxl_device_models"
+DEVICE_CLOCK_NS = 10     # the clock of the device top that makes its own (device_build own_clock)
 
 
-def device_build(cfg, **kw) -> "Build":
+def device_build(cfg, *, own_clock: bool = False, **kw) -> "Build":
     """Verilator build of ``TrainingCXLDevice(cfg)`` (Verilog from :func:`device_verilog`) in the
     top :data:`DEVICE_SIM_TOP` of :mod:`cosim.model_top`, with three compiled models on its
     ports: the C++ PMEM model on the media port (:mod:`cosim.pmem_cpp`), the compiled CXL.mem
     host on the host channels (:mod:`cosim.host_cpp`) and the compiled AXI4-Lite master on the
     CSR port (:mod:`cosim.csr_cpp`). Each run picks, per port, the compiled model or the Python
     one driving the top's ``ext_*`` inputs (``BenchConfig.pmem``, the driver's ``host`` and
-    ``csr``). One build serves every combination."""
+    ``csr``). One build serves every combination.
+
+    ``own_clock``: the top makes its own clock of :data:`DEVICE_CLOCK_NS` (built with
+    ``--timing``; benches start theirs with :func:`cosim.model_top.start_clock`, which then
+    leaves it alone). No call into cocotb on every clock edge: the main job runs about 1.3×
+    faster (docs/benchmarks.md). Only for runs whose models are all compiled
+    (``BenchConfig.compiled_only``): the Python models refuse such a top
+    (:func:`cosim.model_top.require_cocotb_clock`). A separate build of the configuration."""
     from cosim.csr_cpp.wrapper import CPP_SOURCE as CSR_CPP, csr_slot
     from cosim.host_cpp.wrapper import CPP_SOURCE as HOST_CPP, host_slot
     from cosim.model_top import model_top
@@ -390,8 +402,11 @@ def device_build(cfg, **kw) -> "Build":
     v = device_verilog(cfg)
     top = "trainingcxl_device"
     slots = [pmem_slot(v, top), host_slot(v, top), csr_slot(v, top)]
-    return build(model_top(v, top, DEVICE_SIM_TOP, slots), top=DEVICE_SIM_TOP,
-                 cpp_sources=(PMEM_CPP, HOST_CPP, CSR_CPP), **kw)
+    if own_clock:
+        kw["extra_args"] = ("--timing", *kw.get("extra_args", ()))
+    return build(model_top(v, top, DEVICE_SIM_TOP, slots,
+                           clock_ns=DEVICE_CLOCK_NS if own_clock else None),
+                 top=DEVICE_SIM_TOP, cpp_sources=(PMEM_CPP, HOST_CPP, CSR_CPP), **kw)
 
 
 def _tool_versions() -> str:

@@ -190,7 +190,8 @@ class CsrMaster(CsrAccess):
     def __init__(self, dut, prefix="axil", clock=None, reset=None, regmap: CsrMap | None = None):
         from cocotbext.axi import AxiLiteBus, AxiLiteMaster
         from cosim.csr_cpp.wrapper import SELECT_PORT
-        from cosim.model_top import redirect_bus
+        from cosim.model_top import redirect_bus, require_cocotb_clock
+        require_cocotb_clock(dut, "the Python CSR master (cosim.csr, cocotbext-axi)")
         super().__init__(regmap)
         clock = clock if clock is not None else dut.clk
         # Amaranth names the port members <prefix>__awaddr; cocotbext joins prefix + "_" + name

@@ -11,9 +11,27 @@ run time who drives the design inputs the slot drives:
 
 Either way every port signal of the design is a wire of the top under its own name, so cocotb
 (and the boundary trace) reads what the design sees as ``dut.<signal>``. One simulator build
-serves both kinds of model. The slots: :func:`cosim.pmem_cpp.wrapper.pmem_slot` (media port),
-:func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels). At run time the models' C++
-functions are reached with :func:`simulator_functions`.
+serves both kinds of model.
+
+With ``clock_ns`` the top makes its own clock: ``clk`` is a register of the top toggled every
+half period (high from time 0, first falling edge at half a period, as a cocotb ``Clock``
+started at time 0), and the wire :data:`CLOCK_PERIOD_SIGNAL` holds the period. Build it with
+Verilator's ``--timing``. The simulator then steps the clock itself, with no call into cocotb on
+every edge (on the device, a cocotb ``Clock`` costs about as much as the whole device idle:
+docs/benchmarks.md); :func:`start_clock` starts a cocotb ``Clock`` only on a top without one.
+On such a top a coroutine woken by ``RisingEdge(dut.clk)`` runs after the simulator evaluated
+the edge (the clock changes inside the evaluation), not before it as with a cocotb ``Clock``,
+whose write of the clock wakes coroutines first: a Python model that samples handshakes on
+the edge would see the next cycle's values. Those models (the Python PMEM model, CXL.mem host
+and CSR master, the trace and stimulus recorders) refuse such a top
+(:func:`require_cocotb_clock`); the compiled models sample inside the simulator and do not
+care. Code that waits for an edge and then reads the state after it (``RisingEdge`` followed
+by a one-step ``Timer``, as the power-failure injection does) behaves the same on both.
+
+The slots: :func:`cosim.pmem_cpp.wrapper.pmem_slot` (media port),
+:func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels),
+:func:`cosim.csr_cpp.wrapper.csr_slot` (CSR port). At run time the models' C++ functions are
+reached with :func:`simulator_functions`.
 """
 from __future__ import annotations
 
@@ -22,9 +40,11 @@ import re
 from dataclasses import dataclass
 
 __all__ = ["ModelSlot", "model_top", "design_ports", "slot_ports", "EXT_PREFIX",
-           "outside_input", "redirect_bus", "simulator_functions"]
+           "CLOCK_PERIOD_SIGNAL", "start_clock", "require_cocotb_clock", "outside_input",
+           "redirect_bus", "simulator_functions"]
 
 EXT_PREFIX = "ext_"        # the top's inputs for a model outside the simulator
+CLOCK_PERIOD_SIGNAL = "clock_period_ns"   # on a top with its own clock: the period in ns
 
 _DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
                    re.M)
@@ -96,12 +116,16 @@ def _rng(n):
     return f"[{n - 1}:0] " if n > 1 else ""
 
 
-def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
-    """``verilog_text`` plus every slot's module and the top ``new_top`` (module docstring)."""
+def model_top(verilog_text: str, top: str, new_top: str, slots, *,
+              clock_ns: int | None = None) -> str:
+    """``verilog_text`` plus every slot's module and the top ``new_top`` (module docstring);
+    with ``clock_ns`` (an even number of ns) the top makes its own clock of that period."""
     ports = design_ports(verilog_text, top)
     by_name = {n: (d, w) for d, n, w in ports}
     if "clk" not in by_name or "rst" not in by_name:
         raise ValueError(f"{top} has no clk/rst ports")
+    if clock_ns is not None and (not isinstance(clock_ns, int) or clock_ns < 2 or clock_ns % 2):
+        raise ValueError(f"clock_ns must be an even number of ns >= 2, got {clock_ns!r}")
     driven = {}
     for s in slots:
         for sig in s.ports:
@@ -114,7 +138,8 @@ def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
                 raise ValueError(f"{sig} driven by both {driven[sig].module} and {s.module}")
             driven[sig] = s
     inner = {sig: None for s in slots for sig in s.ports}      # wires of the top, in order
-    outer = [(d, n, w) for d, n, w in ports if n not in inner]
+    outer = [(d, n, w) for d, n, w in ports
+             if n not in inner and not (clock_ns and n == "clk")]
     names = ([n for _, n, _ in outer] + [f"{EXT_PREFIX}{sig}" for sig in driven] +
              [s.select for s in slots] + [name for s in slots for name, _, _ in s.inputs])
     lines = [f"\n// {top} with compiled models or outside inputs on its ports, each chosen by "
@@ -124,6 +149,9 @@ def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
     lines += [f"  input wire {_rng(by_name[sig][1])}{EXT_PREFIX}{sig};" for sig in driven]
     lines += [f"  input wire {s.select};" for s in slots]
     lines += [f"  input wire {_rng(w)}{name};" for s in slots for name, _, w in s.inputs]
+    if clock_ns:
+        lines += ["  reg clk = 1'b1;", f"  always #{clock_ns // 2} clk = ~clk;",
+                  f"  wire [31:0] {CLOCK_PERIOD_SIGNAL} = 32'd{clock_ns};"]
     lines += [f"  wire {_rng(by_name[sig][1])}{sig};" for sig in inner]
     lines += [f"  wire {_rng(by_name[sig][1])}cpp_{sig};" for sig in driven]
     lines += [f"  wire {_rng(w)}{name};" for s in slots for name, _, w in s.wires]
@@ -141,6 +169,31 @@ def model_top(verilog_text: str, top: str, new_top: str, slots) -> str:
         lines.append(f"  {s.module} {s.instance} (\n" + ",\n".join(pc) + "\n  );")
     lines.append("endmodule\n")
     return verilog_text + "".join(s.text for s in slots) + "\n".join(lines)
+
+
+def start_clock(dut, period_ns: int):
+    """The clock of ``dut`` at ``period_ns``: a cocotb ``Clock`` on ``dut.clk`` started now, or
+    nothing on a top of :func:`model_top` that makes its own clock (it must have that period;
+    ValueError otherwise)."""
+    try:
+        own = getattr(dut, CLOCK_PERIOD_SIGNAL)
+    except AttributeError:
+        from cocotb.clock import Clock
+        Clock(dut.clk, period_ns, unit="ns").start()
+        return
+    if int(own.value) != period_ns:
+        raise ValueError(f"the simulation top makes its own clock of {int(own.value)} ns; "
+                         f"this bench runs at {period_ns} ns")
+
+
+def require_cocotb_clock(dut, what: str) -> None:
+    """Refuse (RuntimeError naming ``what``) a top of :func:`model_top` that makes its own
+    clock: ``what`` samples the ports on ``RisingEdge`` and needs the values from before the
+    edge, which only a cocotb ``Clock`` gives (module docstring)."""
+    if hasattr(dut, CLOCK_PERIOD_SIGNAL):
+        raise RuntimeError(f"{what} needs a top clocked by cocotb; this simulator's top makes "
+                           "its own clock (cosim.build.device_build(cfg, own_clock=True) is for "
+                           "runs whose models are all compiled: BenchConfig.compiled_only)")
 
 
 def outside_input(dut, select: str, handle):

@@ -93,6 +93,7 @@ from cocotbext.axi.axi_channels import AxiARSink, AxiAWSink, AxiBSource, AxiRSou
 from cocotbext.axi.reset import Reset
 
 from cosim.media import BandwidthServer
+from cosim.model_top import require_cocotb_clock
 from sw_model.memory import LINE, MemoryImage, lines_of
 
 __all__ = ["PmemModel", "PmemProtocolError", "PendingWrite", "WriteRecord", "AxiResp",
@@ -449,6 +450,7 @@ class PmemModel(ClockCount, Reset):
     def __init__(self, dut, *, prefix="m_axi_", clock, reset, read_latency=100,
                  write_latency=100, seed=0, stall=None, mem=None, log_writes=True,
                  read_bandwidth=None, write_bandwidth=None):
+        require_cocotb_clock(dut, "the Python PMEM model (cosim.pmem)")
         for name, lat in (("read_latency", read_latency), ("write_latency", write_latency)):
             if not isinstance(lat, int) or lat < 1:
                 raise ValueError(f"{name} must be an int >= 1 cycle, got {lat!r}")

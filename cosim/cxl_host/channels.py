@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from cosim.host_cpp.wrapper import host_input
+from cosim.model_top import require_cocotb_clock
 
 __all__ = ["ChannelSet", "bursty_pauses", "fast_getter"]
 
@@ -48,6 +49,7 @@ class ChannelSet:
     """
 
     def __init__(self, dut, clock, reset=None):
+        require_cocotb_clock(dut, "the Python CXL.mem host (cosim.cxl_host)")
         self.dut = dut
         self.clock = clock
         self.reset = reset

@@ -40,6 +40,7 @@ class BenchConfig:
     log). ``csr``: the device driver's AXI4-Lite CSR master, ``"python"``
     (:class:`cosim.csr.CsrMaster`, cocotbext-axi) or ``"cpp"`` (:mod:`cosim.csr_cpp`, compiled
     into every ``cosim.build.device_build(cfg)``).
+    :attr:`compiled_only`: nothing in Python samples the ports on clock edges.
     """
     device: DeviceConfig = DeviceConfig()
     latency: int | None = None
@@ -51,6 +52,14 @@ class BenchConfig:
     pmem: str = "python"
     host: str = "python"
     csr: str = "python"
+
+    @property
+    def compiled_only(self) -> bool:
+        """All three models compiled and no trace, stimulus or host trace recorded: nothing in
+        Python samples the device's ports on clock edges, so the run may use the top that
+        makes its own clock (``cosim.build.device_build(cfg, own_clock=True)``)."""
+        return (self.pmem == self.host == self.csr == "cpp" and not self.trace
+                and not self.stimulus and not self.host_trace)
 
 
 def bench_config() -> BenchConfig:

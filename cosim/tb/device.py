@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import random
 
-import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
 
 from cosim.csr import CsrMap
 from cosim.device_driver import DeviceDriver
+from cosim.model_top import start_clock
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig, bench_config
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, FLAG_NOLOG,
@@ -69,7 +68,7 @@ class DeviceTB:
         self.rng = np.random.default_rng(self.seed)
         self.map = CsrMap()
         ab = cfg.addr_bits
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        start_clock(dut, CLOCK_NS)
         stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
         self.pmem = pmem_model(self.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
                                read_latency=latency, write_latency=latency, seed=self.seed,

@@ -47,6 +47,7 @@ import cocotb
 import cocotb.simulator
 from cocotb.triggers import Event, RisingEdge
 
+from cosim.model_top import require_cocotb_clock
 from cosim.streams import PayloadCodec
 
 __all__ = ["TraceRecorder", "TraceXError", "AXI_CHANNELS", "read_trace", "first_difference"]
@@ -134,6 +135,7 @@ class TraceRecorder:
 
     def __init__(self, dut, *, clock, reset=None, period_ns, streams=None, axi_prefix="m_axi_",
                  strict=True, axi_ports=None, hex_fields=()):
+        require_cocotb_clock(dut, "the boundary trace recorder (cosim.trace)")
         if not period_ns or period_ns <= 0:
             raise ValueError(f"period_ns must be > 0, got {period_ns!r}")
         self.dut = dut

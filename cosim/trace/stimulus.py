@@ -31,6 +31,8 @@ from pathlib import Path
 import cocotb
 from cocotb.triggers import FallingEdge, ReadOnly, Timer
 
+from cosim.model_top import require_cocotb_clock
+
 __all__ = ["StimulusRecorder", "StimulusError", "FORMAT", "load_manifest"]
 
 FORMAT = "trainingcxl-stimulus"
@@ -83,6 +85,7 @@ class StimulusRecorder:
     """
 
     def __init__(self, dut, directory, *, cfg, clock=None):
+        require_cocotb_clock(dut, "the stimulus recorder (cosim.trace.stimulus)")
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         ports = [p for p in _ports(cfg) if p["name"] != "clk"]

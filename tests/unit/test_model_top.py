@@ -14,8 +14,10 @@ import subprocess
 import pytest
 
 from cosim import build as cb
-from cosim.model_top import (EXT_PREFIX, ModelSlot, design_ports, model_top,
-                              simulator_functions, slot_ports)
+from types import SimpleNamespace
+
+from cosim.model_top import (CLOCK_PERIOD_SIGNAL, EXT_PREFIX, ModelSlot, design_ports, model_top,
+                              simulator_functions, slot_ports, start_clock)
 
 DESIGN = """
 module dut(clk, rst, a, a_valid, y, done);
@@ -84,6 +86,63 @@ def test_top_muxes_driven_inputs_and_lints(tmp_path):
     r = subprocess.run(["verilator", "--lint-only", *cb.WAIVERS, "--top-module", "sim_top",
                         str(f)], capture_output=True, text=True, env=cb.verilator_env())
     assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[-3000:]
+
+
+def test_top_with_its_own_clock_lints_under_timing(tmp_path):
+    """``clock_ns``: clk is no port of the top but a register toggled every half period, high
+    from time 0, and the period is readable; Verilator accepts it with --timing."""
+    text = model_top(DESIGN, "dut", "sim_top", [_slot()], clock_ns=10)
+    top = text[text.index("module sim_top"):]
+    header = [n.strip() for n in top[top.index("(") + 1:top.index(");")].split(",")]
+    assert "clk" not in header and header[0] == "rst"
+    assert "  reg clk = 1'b1;\n  always #5 clk = ~clk;\n" in top
+    assert f"wire [31:0] {CLOCK_PERIOD_SIGNAL} = 32'd10;" in top
+    assert ".clk(clk)" in top            # the design and the model both see it
+    f = tmp_path / "top.v"
+    f.write_text(text)
+    r = subprocess.run(["verilator", "--lint-only", "--timing", *cb.WAIVERS, "--top-module",
+                        "sim_top", str(f)], capture_output=True, text=True,
+                       env=cb.verilator_env())
+    assert r.returncode == 0 and "%Warning" not in r.stderr, r.stderr[-3000:]
+
+
+@pytest.mark.parametrize("clock_ns", [0, 5, 7, -2, 10.0])
+def test_clock_period_must_be_even_ns(clock_ns):
+    with pytest.raises(ValueError, match="clock_ns must be an even number of ns"):
+        model_top(DESIGN, "dut", "sim_top", [_slot()], clock_ns=clock_ns)
+
+
+def test_start_clock_leaves_the_tops_clock_and_checks_its_period():
+    """On a top with its own clock start_clock starts nothing (the fake top has no clk to
+    drive) and refuses a bench period that is not the top's."""
+    dut = SimpleNamespace(**{CLOCK_PERIOD_SIGNAL: SimpleNamespace(value=10)})
+    start_clock(dut, 10)
+    with pytest.raises(ValueError, match="own clock of 10 ns; this bench runs at 8 ns"):
+        start_clock(dut, 8)
+
+
+def _python_samplers():
+    from cosim.csr import CsrMaster
+    from cosim.cxl_host.channels import ChannelSet
+    from cosim.pmem import PmemModel
+    from cosim.trace.boundary import TraceRecorder
+    from cosim.trace.stimulus import StimulusRecorder
+    return {"the Python PMEM model": lambda d, tmp: PmemModel(d, clock=None, reset=None),
+            "the Python CXL.mem host": lambda d, tmp: ChannelSet(d, None),
+            "the Python CSR master": lambda d, tmp: CsrMaster(d),
+            "the boundary trace recorder": lambda d, tmp: TraceRecorder(d, clock=None,
+                                                                        period_ns=10),
+            "the stimulus recorder": lambda d, tmp: StimulusRecorder(d, tmp / "s", cfg=None)}
+
+
+@pytest.mark.parametrize("what", list(_python_samplers()))
+def test_python_samplers_refuse_a_top_with_its_own_clock(what, tmp_path):
+    """Each model or recorder that samples ports on cocotb's clock edges refuses, before it
+    touches anything, a top that clocks itself (on it, RisingEdge wakes after the edge)."""
+    dut = SimpleNamespace(**{CLOCK_PERIOD_SIGNAL: SimpleNamespace(value=10)})
+    with pytest.raises(RuntimeError, match=f"^{what} .*needs a top clocked by cocotb"):
+        _python_samplers()[what](dut, tmp_path)
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.parametrize("kw, match", [

@@ -1,20 +1,21 @@
 """Co-simulation speed of the main job with each harness: the PMEM model, the CXL.mem host and
 the CSR master in Python or compiled into the simulator, the golden-model twin inline or in
-its own process.
+its own process, the device clocked by cocotb or by the simulation top itself.
 
     python -m trainingcxl.bench.cosim_speed [--batches 20] [--repeats 2] [--quick]
                                             [--out build/bench/cosim_speed.json]
 
-Runs ``trainingcxl train --batches N --crashes 0 --quiet --pmem P --host H --csr C --twin T``
-for each harness of :data:`HARNESSES` (everything in Python; then one part compiled or moved
+Runs ``trainingcxl train --batches N --crashes 0 --quiet --pmem P --host H --csr C --twin T
+--clock K`` for each harness of :data:`HARNESSES` (everything in Python; then one part compiled or moved
 after the other, the last row being the main job's default), one run of each per round so all
 see the same machine load, and reports simulated cycles per second of the training (``cycles /
 wall_s`` of the run's ``rtl_run.json``: from the first power-on to the end of the final check;
 the simulator's start and the golden-model reference runs excluded). Every run must agree with
 its golden-model twin; runs with the same host and CSR master must end with the same cycle
-count (the PMEM models are cycle-identical; the twin does not touch the simulation), and the
-harnesses' runs are the same training (tests/cosim/train). One simulator build serves every
-harness (``cosim.build.device_build``). Writes the rows as JSON (``harnesses``).
+count (the PMEM models are cycle-identical, and so are the two clocks; the twin does not touch
+the simulation), and the harnesses' runs are the same training (tests/cosim/train). One
+simulator build serves every harness clocked by cocotb, another the one clocked by the top
+(``cosim.build.device_build``, ``own_clock``). Writes the rows as JSON (``harnesses``).
 
 ``--verilator`` (``make bench`` gives it) adds, in the same rounds, Verilator alone under the
 training load (:func:`trainingcxl.bench.verilator_speed.training_replay`: a ``--batches N
@@ -34,26 +35,30 @@ from pathlib import Path
 
 __all__ = ["HARNESSES", "run_once", "main"]
 
-# (PMEM model, CXL.mem host, CSR master, golden-model twin)
-HARNESSES = (("python", "python", "python", "inline"), ("cpp", "python", "python", "inline"),
-             ("cpp", "cpp", "python", "inline"), ("cpp", "cpp", "cpp", "inline"),
-             ("cpp", "cpp", "cpp", "process"))
-FIELDS = ("pmem", "host", "csr", "twin")
+# (PMEM model, CXL.mem host, CSR master, golden-model twin, clock); the last is the default
+HARNESSES = (("python", "python", "python", "inline", "cocotb"),
+             ("cpp", "python", "python", "inline", "cocotb"),
+             ("cpp", "cpp", "python", "inline", "cocotb"),
+             ("cpp", "cpp", "cpp", "inline", "cocotb"),
+             ("cpp", "cpp", "cpp", "process", "cocotb"),
+             ("cpp", "cpp", "cpp", "process", "own"))
+FIELDS = ("pmem", "host", "csr", "twin", "clock")
 
 
-def run_once(pmem: str, host: str, csr: str, twin: str, batches: int, out: Path,
+def run_once(pmem: str, host: str, csr: str, twin: str, clock: str, batches: int, out: Path,
              seed: int) -> dict:
-    d = out / f"cosim_speed-{pmem}-{host}-{csr}-{twin}"
+    d = out / f"cosim_speed-{pmem}-{host}-{csr}-{twin}-{clock}"
     cmd = [sys.executable, "-m", "trainingcxl", "train", "--batches", str(batches),
            "--crashes", "0", "--quiet", "--pmem", pmem, "--host", host, "--csr", csr,
-           "--twin", twin, "--seed", str(seed), "--out", str(d)]
+           "--twin", twin, "--clock", clock, "--seed", str(seed), "--out", str(d)]
     run = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if run.returncode:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {run.returncode}):\n{run.stdout}")
     rep = json.loads((d / "rtl_run.json").read_text())
     if not json.loads((d / "summary.json").read_text())["twin_equal"]:
         raise RuntimeError(f"{d}: the run disagreed with its golden-model twin")
-    return {"pmem": pmem, "host": host, "csr": csr, "twin": twin, "cycles": rep["cycles"],
+    return {"pmem": pmem, "host": host, "csr": csr, "twin": twin, "clock": clock,
+            "cycles": rep["cycles"],
             "wall_s": rep["wall_s"], "cycles_per_s": round(rep["cycles"] / rep["wall_s"])}
 
 
@@ -89,8 +94,8 @@ def main(argv=None) -> int:
                 row = run_once(*h, a.batches, Path(tmp), a.seed)
                 row["repeat"] = r
                 rows.append(row)
-                print(f"  pmem {h[0]:6s} host {h[1]:6s} csr {h[2]:6s} twin {h[3]:7s} round "
-                      f"{r}: {row['cycles']} cycles in {row['wall_s']:.2f} s = "
+                print(f"  pmem {h[0]:6s} host {h[1]:6s} csr {h[2]:6s} twin {h[3]:7s} clock "
+                      f"{h[4]:6s} round {r}: {row['cycles']} cycles in {row['wall_s']:.2f} s = "
                       f"{row['cycles_per_s']} cycles/s", flush=True)
             if replay is not None:
                 rates = sorted(replay_rate(*replay) for _ in range(3))
@@ -103,8 +108,8 @@ def main(argv=None) -> int:
             print(f"host {host}, CSR master {csr}: cycle counts differ between runs: "
                   f"{sorted(cycles)}", file=sys.stderr)
             return 1
-    print("\n| PMEM model | CXL.mem host | CSR master | twin | cycles | wall s (each run) | "
-          "cycles/s (each run) |\n|---|---|---|---|---|---|---|")
+    print("\n| PMEM model | CXL.mem host | CSR master | twin | clock | cycles | wall s (each run) "
+          "| cycles/s (each run) |\n|---|---|---|---|---|---|---|---|")
     for h in HARNESSES:
         mine = [row for row in rows if tuple(row[f] for f in FIELDS) == h]
         walls = ", ".join(f"{x['wall_s']:.2f}" for x in mine)
@@ -115,7 +120,7 @@ def main(argv=None) -> int:
         default = [row["cycles_per_s"] for row in rows
                    if tuple(row[f] for f in FIELDS) == HARNESSES[-1]]
         ratios = [round(x / y, 3) for x, y in zip(default, alone)]
-        print(f"| Verilator alone, training load replayed (no testbench) | | | | "
+        print(f"| Verilator alone, training load replayed (no testbench) | | | | | "
               f"{replay[2]} | | {', '.join(map(str, alone))} |")
         print(f"\ndefault harness / Verilator alone, per round: "
               f"{', '.join(f'{x:.2f}' for x in ratios)}")

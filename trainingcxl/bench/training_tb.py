@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from cosim import params
 from cosim.device_driver import DeviceDriver
+from cosim.model_top import start_clock
 from cosim.pmem import PmemModel
 from cosim.tb.config import BenchConfig
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_LOG, FLAG_NOLOG, DescKind,
@@ -127,7 +127,7 @@ class Point:
 class TrainingBench:
     def __init__(self, dut):
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 10, unit="ns").start())
+        start_clock(dut, 10)
         self.rtl_mem = MemoryImage(1 << CFG.addr_bits)
         self.model_mem = MemoryImage(1 << CFG.addr_bits)
         self.pmem = PmemModel(dut, clock=dut.clk, reset=dut.rst, read_latency=100,

@@ -191,7 +191,7 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
 
     build = part.build
     if not cb.is_built(build):
-        build = cb.device_build(part.cfg)
+        build = cb.device_build(part.cfg, own_clock=part.pmem == part.host == part.csr == "cpp")
     out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
@@ -316,8 +316,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results = out / "points.jsonl"
     results.write_text("")
     t0 = time.monotonic()
-    if build is None:
-        build = cb.device_build(cfg)
+    if build is None:     # all models compiled: the top that makes its own clock
+        build = cb.device_build(cfg, own_clock=pmem == host == csr == "cpp")
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     workers = None if isinstance(executor, SerialExecutor) else executor.workers

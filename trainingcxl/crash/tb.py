@@ -39,11 +39,11 @@ import traceback
 from dataclasses import dataclass, field
 
 import cocotb
-from cocotb.clock import Clock
 from cocotb.triggers import RisingEdge, Timer
 
 from cosim import params
 from cosim.device_driver import DeviceDriver
+from cosim.model_top import start_clock
 from cosim.pmem_cpp import pmem_model
 from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
@@ -191,7 +191,7 @@ class CrashBench:
                               else self.latency)
         self.wl: TrainingWorkload = make_workload(self.cfg, self.seed, **p.workload)
         self.results_path = p.results
-        cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+        start_clock(dut, CLOCK_NS)
         # the Python model (cosim.pmem) or the one compiled into the simulator
         # (cosim.pmem_cpp): pmem_model refuses a kind the simulator was not built for
         self.pmem = pmem_model(p.bench.pmem, dut, clock=dut.clk, reset=dut.rst,

@@ -43,7 +43,7 @@ def crash_schedule(seed: int, batches: int, n: int) -> list[tuple[int, float]]:
 def _args(argv):
     from cosim.csr_cpp import CSR_MODELS
     from cosim.host_cpp import HOST_MODELS
-    from cosim.tb.config import PMEM_MODELS
+    from cosim.tb.config import PMEM_MODELS, BenchConfig
     from sw_model.dlrm import DLRMConfig
     d = DLRMConfig()
     ap = argparse.ArgumentParser(prog="trainingcxl train",
@@ -111,6 +111,12 @@ def _args(argv):
                          "another core, beside the simulator (default; a difference is raised "
                          "a few calls after the one that found it) or inline in the simulator "
                          "process (raised at once, with its traceback)")
+    ap.add_argument("--clock", choices=("own", "cocotb"), default=None,
+                    help="who clocks the device: the simulation top itself (default when the "
+                         "PMEM model, host and CSR master are all compiled and nothing is "
+                         "recorded; no call into cocotb on every edge) or a cocotb Clock (the "
+                         "default otherwise: the Python models and recorders sample on its "
+                         "edges); both give the same cycles (cosim/model_top.py)")
     from trainingcxl.shade import job as shade_job
     shade_job.add_arguments(ap)
     a = ap.parse_args(argv)
@@ -123,6 +129,15 @@ def _args(argv):
     elif a.csr == "cpp" and a.trace:
         ap.error("--trace records each CSR access in the host action log, which needs "
                  "--csr python (the compiled master's completion wait is one job)")
+    compiled_only = BenchConfig(pmem=a.pmem, host=a.host, csr=a.csr,
+                                trace=str(a.trace) if a.trace else None,
+                                stimulus=str(a.stimulus) if a.stimulus else None).compiled_only
+    if a.clock is None:
+        a.clock = "own" if compiled_only else "cocotb"
+    elif a.clock == "own" and not compiled_only:
+        ap.error("--clock own needs --pmem cpp --host cpp --csr cpp and no --trace or "
+                 "--stimulus: the Python models and the recorders sample on cocotb's clock "
+                 "edges")
     if a.batches < 1 or a.crashes < 0 or a.latency < 1 or a.mlp_cycles < 0 or a.lag < 0:
         ap.error("--batches, --latency >= 1; --crashes, --mlp-cycles, --lag >= 0")
     from cosim.media import media_timing
@@ -223,13 +238,13 @@ def main(argv=None) -> int:
     print(f"  media: {a.media_timing.describe()}", flush=True)
     print("building the device simulator (cached after the first run)...", flush=True)
     t0 = time.time()
-    b = cb.device_build(cfg)
+    bench = BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
+                        stimulus=str(a.stimulus.resolve()) if a.stimulus else None,
+                        pmem=a.pmem, host=a.host, csr=a.csr)
+    b = cb.device_build(cfg, own_clock=a.clock == "own")
     print(f"  ready in {time.time() - t0:.0f} s", flush=True)
     res_path = (a.out / "rtl_run.json").resolve()
-    spec = TrainParams(bench=BenchConfig(cfg, trace=str(a.trace.resolve()) if a.trace else None,
-                                         stimulus=(str(a.stimulus.resolve()) if a.stimulus
-                                                   else None), pmem=a.pmem, host=a.host,
-                                         csr=a.csr),
+    spec = TrainParams(bench=bench,
                        model=mcfg, batches=a.batches, crashes=[list(c) for c in crashes],
                        latency=a.latency, media=a.media_timing, mlp_cycles=a.mlp_cycles,
                        seed=a.seed,

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import cocotb
 import numpy as np
-from cocotb.clock import Clock
 from cocotb.task import bridge
 
 from cosim import params
 from cosim.device_driver import DeviceDriver
+from cosim.model_top import start_clock
 from cosim.media import MediaTiming
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig
@@ -93,7 +93,7 @@ async def train_with_power_failures(dut):
     if spec.bench.stimulus:                 # per-cycle ports for a replay without Python
         from cosim.trace.stimulus import StimulusRecorder
         stim = StimulusRecorder(dut, spec.bench.stimulus, cfg=cfg)
-    cocotb.start_soon(Clock(dut.clk, CLOCK_NS, unit="ns").start())
+    start_clock(dut, CLOCK_NS)
     media = spec.media or MediaTiming(spec.latency, spec.latency)
     pmem = pmem_model(spec.bench.pmem, dut, clock=dut.clk, reset=dut.rst, seed=seed,
                       mem=MemoryImage(1 << cfg.addr_bits), log_writes=False,

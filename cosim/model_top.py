@@ -26,7 +26,9 @@ the edge would see the next cycle's values. Those models (the Python PMEM model,
 and CSR master, the trace and stimulus recorders) refuse such a top
 (:func:`require_cocotb_clock`); the compiled models sample inside the simulator and do not
 care. Code that waits for an edge and then reads the state after it (``RisingEdge`` followed
-by a one-step ``Timer``, as the power-failure injection does) behaves the same on both.
+by a one-step ``Timer``, as the power-failure injection does) behaves the same on both; a
+compiled model's job started right after ``RisingEdge``/``ClockCycles`` begins an edge later
+on the top with its own clock (docs/crash.md, "The top's own clock").
 
 The slots: :func:`cosim.pmem_cpp.wrapper.pmem_slot` (media port),
 :func:`cosim.host_cpp.wrapper.host_slot` (CXL.mem host channels),
@@ -150,7 +152,10 @@ def model_top(verilog_text: str, top: str, new_top: str, slots, *,
     lines += [f"  input wire {s.select};" for s in slots]
     lines += [f"  input wire {_rng(w)}{name};" for s in slots for name, _, w in s.inputs]
     if clock_ns:
-        lines += ["  reg clk = 1'b1;", f"  always #{clock_ns // 2} clk = ~clk;",
+        # rising edges at multiples of the period, as a cocotb Clock started at time 0; with
+        # `reg clk = 1'b1; always #5 ...` Verilator --timing toggled from 0 (edges at 5, 15, ..)
+        half = clock_ns // 2
+        lines += ["  reg clk;", f"  initial begin clk = 1'b1; forever #{half} clk = ~clk; end",
                   f"  wire [31:0] {CLOCK_PERIOD_SIGNAL} = 32'd{clock_ns};"]
     lines += [f"  wire {_rng(by_name[sig][1])}{sig};" for sig in inner]
     lines += [f"  wire {_rng(by_name[sig][1])}cpp_{sig};" for sig in driven]

@@ -95,7 +95,7 @@ def test_top_with_its_own_clock_lints_under_timing(tmp_path):
     top = text[text.index("module sim_top"):]
     header = [n.strip() for n in top[top.index("(") + 1:top.index(");")].split(",")]
     assert "clk" not in header and header[0] == "rst"
-    assert "  reg clk = 1'b1;\n  always #5 clk = ~clk;\n" in top
+    assert "  reg clk;\n  initial begin clk = 1'b1; forever #5 clk = ~clk; end\n" in top
     assert f"wire [31:0] {CLOCK_PERIOD_SIGNAL} = 32'd10;" in top
     assert ".clk(clk)" in top            # the design and the model both see it
     f = tmp_path / "top.v"

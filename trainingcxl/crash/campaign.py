@@ -31,7 +31,7 @@ from pathlib import Path
 from cosim import build as cb
 from cosim.csr_cpp import CSR_MODELS
 from cosim.host_cpp import HOST_MODELS
-from cosim.tb.config import PMEM_MODELS
+from cosim.tb.config import PMEM_MODELS, BenchConfig
 from trainingcxl import cluster
 
 __all__ = ["main", "run_campaign", "run_part", "plan_parts", "merge_parts", "summarize",
@@ -186,12 +186,12 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
     dict
         ``records`` (the results lines), ``restarts`` and ``sim_errors``.
     """
-    from cosim.tb.config import BenchConfig
     from trainingcxl.crash.tb import CrashParams
 
     build = part.build
     if not cb.is_built(build):
-        build = cb.device_build(part.cfg, own_clock=part.pmem == part.host == part.csr == "cpp")
+        own = BenchConfig(pmem=part.pmem, host=part.host, csr=part.csr).compiled_only
+        build = cb.device_build(part.cfg, own_clock=own)
     out = cluster.fresh_task_dir(part.out)     # a re-run (its worker was lost) starts afresh
     results = out / "points.jsonl"
     results.write_text("")
@@ -300,6 +300,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     worker sharing this machine's cache (or a shared filesystem) finds it built. ``pmem``: the
     PMEM model, ``"cpp"`` or ``"python"`` (``cosim.build.device_build(cfg)`` carries both);
     ``host`` and ``csr``: the device driver's CXL.mem host and CSR master, the same choice.
+    With all three compiled, the build is the top that makes its own clock
+    (``device_build(own_clock=True)``, docs/crash.md "The top's own clock").
     """
     from hw.config import DeviceConfig
     from trainingcxl.cluster import SerialExecutor
@@ -317,7 +319,8 @@ def run_campaign(*, points: str, seed: int, cfg=None, latency: int = DEFAULT_LAT
     results.write_text("")
     t0 = time.monotonic()
     if build is None:     # all models compiled: the top that makes its own clock
-        build = cb.device_build(cfg, own_clock=pmem == host == csr == "cpp")
+        own = BenchConfig(pmem=pmem, host=host, csr=csr).compiled_only
+        build = cb.device_build(cfg, own_clock=own)
     t_build = time.monotonic() - t0
     expected = _expected_points(points)
     workers = None if isinstance(executor, SerialExecutor) else executor.workers

@@ -14,9 +14,10 @@ least one passed cosim test *and* the results files of the simulator runs to sho
 cocotb test executed and passed, so a broken import, a skip, an empty selection or a cosim tier
 of pure-Python tests cannot pass. Exit status: pytest's, or 1 when a check fails.
 
-The whole suite also starts the default device's Verilator build (the one most cosim tests share)
-in a low-priority background process, so it uses the cores the workers leave idle instead of
-holding up the first test that needs it (:func:`_start_prebuild`).
+The whole suite also starts the default device's Verilator builds (the one most cosim tests
+share, then the training job's top with its own clock) in a low-priority background process,
+so it uses the cores the workers leave idle instead of holding up the first test that needs it
+(:func:`_start_prebuild`).
 
 Test files are handed to the workers longest first (``--no-loadscope-reorder``; the order is
 set by ``tests/conftest.py`` from the per-file times in :data:`MODULE_TIMES`), so the last files
@@ -41,9 +42,11 @@ from trainingcxl import check_junit
 JUNIT = Path("build/test-results.xml")
 LEDGER = Path("build/cocotb-runs.jsonl")
 FALLBACK_SEED = 1
-# The build most of the cosim tier shares (about 40 s of elaboration and 70 s of make -j2 cold)
+# The build most of the cosim tier shares (about 40 s of elaboration and 70 s of make -j2 cold),
+# then the one of the top that makes its own clock (the training job's default)
 PREBUILD = ("from cosim import build as cb; from hw.config import DeviceConfig; "
-            "print(cb.device_build(DeviceConfig()).build_dir)")
+            "print(cb.device_build(DeviceConfig()).build_dir); "
+            "print(cb.device_build(DeviceConfig(), own_clock=True).build_dir)")
 PREBUILD_LOG = Path("build/prebuild.log")
 PREBUILD_NICE = 10
 # seconds per test file of one measured `make test` (module_times): the order the workers get
@@ -68,10 +71,11 @@ def commit_seed(where: Path | None = None) -> tuple[int, str]:
 
 
 def _start_prebuild() -> subprocess.Popen:
-    """Start the default device's simulator build (:data:`PREBUILD`) at low priority beside the
-    test workers. It only gets the cores when the workers leave them idle (a worker waiting for
-    a build another holds), and a worker that needs the build before it is done waits on the
-    build's lock, which frees its core for it. A failure here fails nothing by itself: the tests
+    """Start the default device's simulator builds (:data:`PREBUILD`: the top cocotb clocks,
+    then the one that makes its own clock) at low priority beside the test workers. It only
+    gets the cores when the workers leave them idle (a worker waiting for a build another
+    holds), and a worker that needs a build before it is done waits on the build's lock, which
+    frees its core for it. A failure here fails nothing by itself: the tests
     that need the build make it again and report the error (:data:`PREBUILD_LOG` keeps this
     attempt's output).
 

@@ -487,6 +487,15 @@ class DeviceDriver:
         """Poll STATUS every ``poll`` cycles until SNAP_BUSY = 0 (the snapshot's slot, header and
         superblock flip are persistent, MLP_EPOCH/MLP_SLOT updated). Returns cycles waited."""
         t0 = self.pmem.cycle
+        if hasattr(self.csr, "poll"):
+            # the compiled master reads STATUS every `poll` cycles in one job: two wake-ups,
+            # and the same cycles whoever clocks the top (cosim.model_top)
+            idle, _, _ = await self.csr.poll("STATUS", 0, mask=self.STATUS_SNAP_BUSY,
+                                             wait=self.poll, timeout=timeout)
+            if not idle:
+                raise DriverError(f"STATUS.SNAP_BUSY still set after {timeout} cycles: "
+                                  f"{await self.error_state()}")
+            return self.pmem.cycle - t0
         while await self.read("STATUS") & self.STATUS_SNAP_BUSY:
             if self.pmem.cycle - t0 >= timeout:
                 raise DriverError(f"STATUS.SNAP_BUSY still set after {timeout} cycles: "

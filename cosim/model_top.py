@@ -152,8 +152,9 @@ def model_top(verilog_text: str, top: str, new_top: str, slots, *,
     lines += [f"  input wire {s.select};" for s in slots]
     lines += [f"  input wire {_rng(w)}{name};" for s in slots for name, _, w in s.inputs]
     if clock_ns:
-        # rising edges at multiples of the period, as a cocotb Clock started at time 0; with
-        # `reg clk = 1'b1; always #5 ...` Verilator --timing toggled from 0 (edges at 5, 15, ..)
+        # rising edges at multiples of the period, as a cocotb Clock started at time 0: set in
+        # an initial block (Verilator --timing starts an `always #` loop from 0 whatever a
+        # declaration initialiser says)
         half = clock_ns // 2
         lines += ["  reg clk;", f"  initial begin clk = 1'b1; forever #{half} clk = ~clk; end",
                   f"  wire [31:0] {CLOCK_PERIOD_SIGNAL} = 32'd{clock_ns};"]

@@ -175,16 +175,20 @@ def test_learns_synthetic_clicklog_float_embeddings(seed):
 
 def test_embeddings_contribute(seed):
     """Embedding learning helps: the same run with the embeddings frozen (emb_lr ~ 0) ends with a
-    lower eval AUC (measured: 0.729 vs 0.763 at seed 0)."""
-    cfg = DLRMConfig(seed=seed, data_seed=seed)
-    ev = ClickLogGenerator(cfg.clicklog()).generate(10, 256, split="eval")
-    out = []
-    for emb_lr in (0.5, 1e-6):
-        c = DLRMConfig(seed=seed, data_seed=seed, emb_lr=emb_lr)
-        dev, m = make_float_device(c), DLRM(c)
-        train(dev, m, synthetic_data(c), 300, c)
-        out.append(evaluate(m, dev.float_tables(), ev)["auc"])
-    assert out[0] > out[1] + 0.01, f"seed={seed}: {out}"
+    lower eval AUC. One run's gap is noisy (measured over 24 seeds: 0.008-0.055, mean 0.031), so
+    the test averages four consecutive seeds and asks for a mean gap above 0.01."""
+    gaps = []
+    for s in range(seed, seed + 4):
+        cfg = DLRMConfig(seed=s, data_seed=s)
+        ev = ClickLogGenerator(cfg.clicklog()).generate(10, 256, split="eval")
+        out = []
+        for emb_lr in (0.5, 1e-6):
+            c = DLRMConfig(seed=s, data_seed=s, emb_lr=emb_lr)
+            dev, m = make_float_device(c), DLRM(c)
+            train(dev, m, synthetic_data(c), 300, c)
+            out.append(evaluate(m, dev.float_tables(), ev)["auc"])
+        gaps.append(out[0] - out[1])
+    assert np.mean(gaps) > 0.01, f"seed={seed}: AUC gaps {gaps}"
 
 
 # ---- training loop protocol against a scripted device --------------------------------------------

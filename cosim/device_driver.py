@@ -98,9 +98,11 @@ class DeviceDriver:
         self.use_irq = use_irq
         self.detach_while_waiting = detach_while_waiting
         self.via_host = via_host
-        from cosim.host_cpp import HOST_MODELS
+        from cosim.host_cpp import HOST_MODELS, prepare
         if host not in HOST_MODELS:
             raise ValueError(f"host must be one of {HOST_MODELS}, got {host!r}")
+        if host == "cpp":
+            prepare()
         self.host_model = host
         self.host_seed = host_seed
         self.log = log

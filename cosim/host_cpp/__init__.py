@@ -29,7 +29,7 @@ import random
 from cosim.host_cpp.wrapper import ATTACH, BUSY, SELECT_PORT
 from cosim.model_top import simulator_functions
 
-__all__ = ["CppHost", "HOST_MODELS"]
+__all__ = ["CppHost", "HOST_MODELS", "prepare"]
 
 HOST_MODELS = ("python", "cpp")
 LINE = 64
@@ -168,6 +168,17 @@ class _Kind:
 @functools.cache
 def _kind(name: str) -> _Kind:
     return _Kind(name)
+
+
+def prepare() -> None:
+    """Do now what every :class:`CppHost` of this process needs once: the message layouts
+    (importing Amaranth for ``hw.cxl.messages``, about 0.35 s) and the request kinds the host
+    sends. The device driver calls it when it is made, at the harness's start, so the first
+    power-on does not pay it."""
+    from sw_model.coherence import host_region  # noqa: F401  (used by every job)
+    _response_layout()
+    for name in ("uc_write", "uc_write_ptl", "rd_cur"):
+        _kind(name)
 
 
 class CppHost:

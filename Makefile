@@ -78,8 +78,11 @@ study: $(STAMP)
 shade: $(STAMP)
 	$(TCXL) shade $(if $(DATA),--data $(DATA))
 
+# Benchmarks (docs/benchmarks.md): the sections of simulated cycle counts on a local cluster of
+# WORKERS (default 2) processes, then the timed ones (co-simulation and Verilator-alone speed)
+# alone, one after the other; WORKERS=0 runs everything in this process, in order
 bench: $(STAMP)
-	$(TCXL) bench --verilator $(if $(WORKERS),--workers $(WORKERS))
+	$(TCXL) bench --verilator $(if $(filter 0,$(WORKERS)),,--workers $(or $(WORKERS),2))
 
 # System model (docs/system.md): TrainingCXL against PMEM-based baselines per training step, device
 # time from cycle formulas fitted to recorded RTL runs; report and plots in build/system/

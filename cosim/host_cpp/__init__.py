@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import importlib
 import random
 
 from cosim.host_cpp.wrapper import ATTACH, BUSY, SELECT_PORT
@@ -175,7 +176,7 @@ def prepare() -> None:
     (importing Amaranth for ``hw.cxl.messages``, about 0.35 s) and the request kinds the host
     sends. The device driver calls it when it is made, at the harness's start, so the first
     power-on does not pay it."""
-    from sw_model.coherence import host_region  # noqa: F401  (used by every job)
+    importlib.import_module("sw_model.coherence")     # every job's _masks uses it
     _response_layout()
     for name in ("uc_write", "uc_write_ptl", "rd_cur"):
         _kind(name)

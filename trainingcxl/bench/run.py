@@ -84,6 +84,7 @@ def main(argv=None):
         return BenchSection(name, argv, capture)
 
     names = list(SECTIONS) + (["verilator_speed"] if args.verilator else [])
+    assert set(names) <= set(CYCLE_SECTIONS) | set(TIMED_SECTIONS), names
     done = {}
     try:
         with cluster.executor_from_args(args) as ex:

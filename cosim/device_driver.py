@@ -87,7 +87,7 @@ class DeviceDriver:
             raise ValueError(f"csr_model must be one of {CSR_MODELS}, got {csr_model!r}")
         if csr is None and csr_model == "cpp":
             from cosim.csr_cpp import CppCsrMaster
-            csr = CppCsrMaster(dut, period=lambda: pmem.period)
+            csr = CppCsrMaster(dut)
         self.csr = csr if csr is not None else _make_csr(dut, self.clock, self.reset_sig)
         axil = getattr(self.csr, "axil", None)
         if axil is not None and quiet:              # one INFO line per access otherwise
@@ -199,7 +199,7 @@ class DeviceDriver:
             if self.actions is not None:
                 raise DriverError("the host action log needs the Python host (host='python')")
             from cosim.host_cpp import CppHost
-            self.host = CppHost(self.dut, self.cfg, seed=self.host_seed, period=self.pmem.period)
+            self.host = CppHost(self.dut, self.cfg, seed=self.host_seed)
             return
         core = HostCore(self.cfg, seed=self.host_seed, knobs=HostKnobs.calm(),
                         reference=Reference(self.cfg), strict=True)

@@ -36,7 +36,7 @@ class CsrProtocolError(AssertionError):
 def _lib():
     """The simulator process's compiled-master functions."""
     return simulator_functions({
-        "tcxl_csr_submit": (ctypes.c_int, [ctypes.c_uint, ctypes.c_void_p]),
+        "tcxl_csr_submit": (ctypes.c_int, [ctypes.c_uint, ctypes.c_void_p, ctypes.c_ulonglong]),
         "tcxl_csr_reset": (None, []),
         "tcxl_csr_busy": (ctypes.c_int, []),
         "tcxl_csr_error": (ctypes.c_char_p, []),
@@ -49,17 +49,16 @@ def _lib():
 class CppCsrMaster(CsrAccess):
     """CSR access by name through the compiled master on the top ``dut`` (module docstring).
 
-    ``period``: the clock period in simulator steps (timeouts), or a function returning it
-    (a clock measured once it runs); ``prefix``: the port (as ``csr_slot`` put the master on
-    it); ``timeout``: cycles one access may take before :class:`CsrProtocolError` (a device
-    that never answers). Creating one selects the compiled master (``csr_cpp`` = 1) and
+    ``prefix``: the port (as ``csr_slot`` put the master on it); ``timeout``: cycles one
+    access may take before :class:`CsrProtocolError` (a device that never answers; the engine
+    ends a job that overruns its cycles, so a wait never hangs). Creating one selects the compiled master (``csr_cpp`` = 1) and
     forgets what a master before it left. A job cancelled by its caller (a power failure)
     stays in the engine until the next reset, which drops it."""
 
-    def __init__(self, dut, *, period, prefix: str = "s_axil", regmap: CsrMap | None = None,
+    def __init__(self, dut, *, prefix: str = "s_axil", regmap: CsrMap | None = None,
                  timeout: int = 10_000):
         super().__init__(regmap)
-        self.dut, self._period, self.timeout = dut, period, timeout
+        self.dut, self.timeout = dut, timeout
         self._lib = _lib()
         self._lib.tcxl_csr_reset()
         getattr(dut, SELECT_PORT).value = 1
@@ -82,9 +81,8 @@ class CppCsrMaster(CsrAccess):
             return await self._run_now(ops, timeout)
 
     async def _run_now(self, ops, timeout: int):
-        from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
+        from cocotb.triggers import FallingEdge
         self._raise_error()
-        period = self._period() if callable(self._period) else self._period
         n = len(ops)
         for op in ops:
             for a in (op[1], op[6]):
@@ -92,15 +90,13 @@ class CppCsrMaster(CsrAccess):
                     raise ValueError(f"CSR address {a:#x} outside the port's "
                                      f"{self.addr_bits}-bit address space")
         flat = (ctypes.c_ulonglong * (_OP_FIELDS * n))(*[int(v) for op in ops for v in op])
-        if self._lib.tcxl_csr_submit(n, flat) != 0:
+        if self._lib.tcxl_csr_submit(n, flat, int(timeout) + 1) != 0:
             raise CsrProtocolError("compiled CSR master: a job is still running")
         self.stats["jobs"] += 1
         self.stats["accesses"] += n
-        # busy rises at the next edge (a registered output) and falls at the edge the last
-        # operation ended: two wake-ups per job
-        await First(RisingEdge(self._busy), Timer(4 * period, "step"))
-        if self._busy.value:
-            await First(FallingEdge(self._busy), Timer(timeout * period, "step"))
+        # busy (a registered output) is high from the next edge and falls at the edge the last
+        # operation ended, a reset dropped the job or it expired: one wake-up per job
+        await FallingEdge(self._busy)
         self._raise_error()
         res = (ctypes.c_longlong * (_RESULT_FIELDS * n))()
         self._lib.tcxl_csr_results(res)

@@ -19,7 +19,10 @@
 // cycle ends every access in flight). The module's input `selected` is its select on the top:
 // while it is low another master drives the port and the engine takes no handshake. `busy` (an
 // output of the module) is high while a job has operations left: Python sleeps on its fall, not
-// on each edge.
+// on each edge. A job not done `timeout` edges after it was handed over expires: the engine
+// withdraws its offers and `busy` falls (Python reports the operations left). `busy` is high on
+// the first edge after a job is handed over whatever happens on it (a reset, say), so the one
+// fall Python waits for always comes.
 #pragma GCC optimize("O2")
 
 #include <cstdint>
@@ -56,6 +59,9 @@ struct Csr {
     bool aw = false, w = false, ar = false;      // offered, not taken yet
     uint32_t awaddr = 0, wdata = 0, wstrb = 0, araddr = 0;
     uint64_t wait_until = 0;
+    uint64_t deadline = 0;            // the edge at which a job still running expires
+    bool expired = false;
+    bool handed = false;              // a job was handed over since the last edge
     std::string error;
     uint64_t stats_writes = 0, stats_reads = 0;
 
@@ -66,13 +72,14 @@ struct Csr {
         error = head + msg;
     }
 
-    bool busy() const { return error.empty() && cur < ops.size(); }
+    bool busy() const { return error.empty() && !expired && cur < ops.size(); }
 
     void clear_job() {
         ops.clear();
         cur = 0;
         phase = START;
         aw = w = ar = false;
+        expired = false;
     }
 
     void finish(Op &o) {
@@ -172,6 +179,10 @@ int tcxl_csr_edge(svBit rst, svBit selected, svBit awready, svBit wready, svBit 
         // the next operation starts on this edge, offered after it
         if (c.error.empty() && c.phase == START && c.cur < c.ops.size()) c.begin();
     }
+    if (c.busy() && c.edge >= c.deadline) {
+        c.expired = true;
+        c.aw = c.w = c.ar = false;
+    }
     *awvalid = c.aw;
     *wvalid = c.w;
     *arvalid = c.ar;
@@ -179,16 +190,20 @@ int tcxl_csr_edge(svBit rst, svBit selected, svBit awready, svBit wready, svBit 
     wdata[0] = c.wdata;
     wstrb[0] = c.wstrb & 0xFu;
     araddr[0] = c.araddr;
-    *busy = c.busy();
+    *busy = c.busy() || c.handed;
+    c.handed = false;
     return 0;
 }
 
 // A job of n operations, 11 values each in `ops`: kind, addr, data, strb, want, clear,
-// clear_addr, clear_data, wait, timeout, mask. Returns 0, or -1 when a job is still running.
-int tcxl_csr_submit(unsigned n, const unsigned long long *v) {
+// clear_addr, clear_data, wait, timeout, mask; the job expires `timeout` edges from now.
+// Returns 0, or -1 when a job is still running.
+int tcxl_csr_submit(unsigned n, const unsigned long long *v, unsigned long long timeout) {
     Csr &c = C;
     if (c.busy()) return -1;
     c.clear_job();
+    c.deadline = c.edge + timeout;
+    c.handed = true;
     c.ops.resize(n);
     for (unsigned i = 0; i < n; ++i) {
         const unsigned long long *p = v + OP_VALUES * i;

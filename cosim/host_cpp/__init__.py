@@ -43,7 +43,7 @@ def _lib():
     """The simulator process's compiled-host functions."""
     u, p = ctypes.c_uint, ctypes.c_void_p
     return simulator_functions({
-        "tcxl_host_submit": (ctypes.c_int, [u, p, p]),
+        "tcxl_host_submit": (ctypes.c_int, [u, p, p, ctypes.c_ulonglong]),
         "tcxl_host_layout": (None, [u, u, u, u, p, u]),
         "tcxl_host_reset": (None, []),
         "tcxl_host_busy": (ctypes.c_int, []),
@@ -186,14 +186,13 @@ class CppHost:
     """The compiled host on the device top ``dut`` (module docstring).
 
     ``cfg``: the device configuration (the reference's regions); ``seed``: the first tag, drawn
-    as :class:`cosim.cxl_host.HostCore` draws it; ``period``: the clock period in simulator
-    steps (for timeouts).
+    as :class:`cosim.cxl_host.HostCore` draws it.
     Creating one selects the compiled host on the top (``host_cpp`` = 1), forgets what a host
     before it left and attaches it (S2M channels ready: ``host_cpp_attach`` = 1, at once).
     :meth:`detach` holds them not ready, :meth:`close` ends it (a power cycle)."""
 
-    def __init__(self, dut, cfg, *, seed: int, period: int):
-        self.dut, self.cfg, self.seed, self.period = dut, cfg, seed, period
+    def __init__(self, dut, cfg, *, seed: int):
+        self.dut, self.cfg, self.seed = dut, cfg, seed
         self._lib = lib = _lib()
         self._next_tag = random.Random(seed).randrange(1 << 16)
         self._mask_cache: dict = {}
@@ -251,7 +250,7 @@ class CppHost:
         """Send one request per ``(kind, line, data, be)`` of ``items`` (data and enables for
         writes only), in order, wait until every one is complete; returns the results array
         and the read data."""
-        from cocotb.triggers import FallingEdge, First, RisingEdge, Timer
+        from cocotb.triggers import FallingEdge
         self._raise_error()
         n = len(items)
         if n == 0:
@@ -270,15 +269,13 @@ class CppHost:
                                      ndr_mask, drs_mask]
             words.append(kind.payload(tag, line, data, be))
         buf = ctypes.create_string_buffer(b"".join(words))
-        if self._lib.tcxl_host_submit(n, meta, buf) != 0:
+        if self._lib.tcxl_host_submit(n, meta, buf, timeout + 1) != 0:
             raise AssertionError("compiled host: a job is still running")
         self.stats["requests"] += n
         self.stats["jobs"] += 1
-        # busy rises at the next edge (a registered output) and falls at the edge the last
-        # answer arrived: two wake-ups per job
-        await First(RisingEdge(self._busy), Timer(4 * self.period, "step"))
-        if self._busy.value:
-            await First(FallingEdge(self._busy), Timer(timeout * self.period, "step"))
+        # busy (a registered output) is high from the next edge and falls at the edge the last
+        # answer arrived, a violation stopped the job or it expired: one wake-up per job
+        await FallingEdge(self._busy)
         self._raise_error()
         res = (ctypes.c_longlong * (_RESULT_FIELDS * n))()
         data = ctypes.create_string_buffer(LINE * n)

@@ -14,6 +14,10 @@
 // its NDR (writes) or its DRS plus, when the reference expects one, its NDR (reads). The first
 // violation stops the job (Python raises it). `busy` (an output of the module) is high while a
 // job has messages to send or answers to wait for: Python sleeps on its fall, not on each edge.
+// A job not complete `timeout` edges after it was handed over expires: the engine sends no more
+// of it and `busy` falls (Python reports the requests left). `busy` is high on the first edge
+// after a job is handed over whatever happens on it (a violation, say), so the one fall Python
+// waits for always comes.
 // The module's input `attach` (written by Python) is the NDR and DRS ready: answers are taken on
 // the edges that sample it high.
 //
@@ -72,6 +76,9 @@ struct Host {
     std::unordered_map<uint32_t, int> open;   // tag -> index in txns, not complete
     size_t left = 0;                  // requests not complete
     std::string error;
+    uint64_t deadline = 0;            // the edge at which a job still running expires
+    bool expired = false;
+    bool handed = false;              // a job was handed over since the last edge
     uint64_t bisnp_edge = 0;
     uint64_t stats_sent[2] = {0, 0}, stats_ndr = 0, stats_drs = 0;
 
@@ -89,10 +96,12 @@ struct Host {
         txns.clear();
         open.clear();
         left = 0;
+        expired = false;
     }
 
     bool busy() const {
-        return error.empty() && (left > 0 || cur[0] || cur[1] || !q[0].empty() || !q[1].empty());
+        return error.empty() && !expired &&
+               (left > 0 || cur[0] || cur[1] || !q[0].empty() || !q[1].empty());
     }
 
     void sent(int ch) {
@@ -239,7 +248,7 @@ int tcxl_host_edge(svBit rst, svBit attach, svBit req_ready, svBit rwd_ready,
         }
         // drive for the next edge
         for (int ch = 0; ch < 2; ++ch) {
-            if (h.cur[ch] || h.q[ch].empty() || !h.error.empty()) continue;
+            if (h.cur[ch] || h.q[ch].empty() || !h.error.empty() || h.expired) continue;
             Msg &m = h.q[ch].front();
             h.cur_words[ch].swap(m.words);
             h.cur_txn[ch] = m.txn;
@@ -247,11 +256,13 @@ int tcxl_host_edge(svBit rst, svBit attach, svBit req_ready, svBit rwd_ready,
             h.q[ch].pop_front();
         }
     }
+    if (h.busy() && h.edge >= h.deadline) h.expired = true;
     *req_valid = h.cur[0];
     *rwd_valid = h.cur[1];
     if (h.cur[0]) copy_out(req_payload, h.cur_words[0], h.req_words);
     if (h.cur[1]) copy_out(rwd_payload, h.cur_words[1], h.rwd_words);
-    *busy = h.busy();
+    *busy = h.busy() || h.handed;
+    h.handed = false;
     return 0;
 }
 
@@ -276,11 +287,15 @@ void tcxl_host_reset() {
 
 // A job of n requests: channel (0 req, 1 rwd), tag, read, need_ndr, ndr_mask, drs_mask per
 // request (6 values each in `meta`) and their payloads, each req_words or rwd_words words, one
-// after the other in `words`. Returns 0, or -1 when a job is still running (nothing queued).
-int tcxl_host_submit(unsigned n, const unsigned *meta, const uint32_t *words) {
+// after the other in `words`; the job expires `timeout` edges from now. Returns 0, or -1 when a
+// job is still running (nothing queued).
+int tcxl_host_submit(unsigned n, const unsigned *meta, const uint32_t *words,
+                     unsigned long long timeout) {
     Host &h = H;
     if (h.busy()) return -1;
     h.clear_job();
+    h.deadline = h.edge + timeout;
+    h.handed = true;
     h.txns.resize(n);
     h.left = n;
     for (unsigned i = 0; i < n; ++i) {

@@ -14,6 +14,9 @@ the compiled master with ``BenchConfig(csr="cpp")``):
 * ``csr_cpp_violation``: the engine's protocol check can fail: an R for a read another master
   issued (the compiled master switched in while the R is offered) stops it with
   ``CsrProtocolError`` naming the rule.
+* ``csr_cpp_expires``: a job that cannot finish (the master switched out, so no handshake
+  reaches it) ends in the engine after its timeout: the read raises ``CsrProtocolError`` within
+  the timeout and a cycle, instead of the wait on ``busy`` hanging, and the next job runs.
 
 The launcher also runs tests/cosim/device's cocotb tests (completions, memory image and CSRs
 against the golden model, the CSR-misuse and interrupt tests included) with every CSR access
@@ -147,6 +150,26 @@ async def csr_cpp_violation(dut):
         raise AssertionError("an R for another master's read was taken silently")
 
 
+@cocotb.test()
+async def csr_cpp_expires(dut):
+    tb = await _bench(dut, "csr_cpp/expires")
+    from cosim.csr_cpp import CsrProtocolError
+    cpp = tb.drv.csr
+    lr = await cpp.read("LR")
+    _select(tb, _python_master(tb))           # switched out: no handshake reaches the engine
+    cpp.timeout, t0 = 200, tb.drv.pmem.cycle
+    try:
+        await cpp.read("LR")
+    except CsrProtocolError as e:
+        assert "not done after 200 cycles" in str(e), str(e)
+    else:
+        raise AssertionError("a read with the master switched out completed")
+    assert 200 <= tb.drv.pmem.cycle - t0 <= 202, tb.drv.pmem.cycle - t0
+    _select(tb, cpp)
+    cpp.timeout = 10_000
+    assert await cpp.read("LR") == lr
+
+
 # ---- pytest launcher ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def device_build():
@@ -160,7 +183,7 @@ def test_csr_cpp_cosim(device_build, seed, tmp_path):
     cfg, b = device_build
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path,
                  params=BenchConfig(cfg, host="cpp", csr="cpp"))
-    assert res.n_ran == 3 and res.n_failed == 0, (res, seed)
+    assert res.n_ran == 4 and res.n_failed == 0, (res, seed)
 
 
 @pytest.mark.cosim

@@ -195,7 +195,8 @@ class CppHost:
         self.dut, self.cfg, self.seed = dut, cfg, seed
         self._lib = lib = _lib()
         self._next_tag = random.Random(seed).randrange(1 << 16)
-        self._mask_cache: dict = {}
+        self._mask_cache: dict = {}     # (kind, region) -> masks
+        self._line_masks: dict = {}     # (kind, line) -> masks: the rings and staging lines recur
         lib.tcxl_host_layout(*_response_layout())
         lib.tcxl_host_reset()
         self._attach = getattr(dut, ATTACH)
@@ -262,9 +263,15 @@ class CppHost:
                              "per line at a time)")
         meta = (ctypes.c_uint * (6 * n))()
         words = []
+        line_masks = self._line_masks
+        if len(line_masks) > 1 << 16:
+            line_masks.clear()
         for i, (kind, line, data, be) in enumerate(items):
             tag = self._tag()
-            need_ndr, ndr_mask, drs_mask = self._masks(kind, line)
+            got = line_masks.get((kind.name, line))
+            if got is None:
+                got = line_masks[kind.name, line] = self._masks(kind, line)
+            need_ndr, ndr_mask, drs_mask = got
             meta[6 * i:6 * i + 6] = [int(kind.rwd), tag, int(not kind.rwd), int(need_ndr),
                                      ndr_mask, drs_mask]
             words.append(kind.payload(tag, line, data, be))

@@ -171,6 +171,13 @@ def _kind(name: str) -> _Kind:
     return _Kind(name)
 
 
+@functools.cache
+def _line_masks(cfg) -> dict:
+    """``{(kind name, line): masks}`` of ``cfg``, shared by the process's hosts (one is made
+    at every power-on and attach; the rings' and staging lines recur every batch)."""
+    return {}
+
+
 def prepare() -> None:
     """Do now what every :class:`CppHost` of this process needs once: the message layouts
     (importing Amaranth for ``hw.cxl.messages``, about 0.35 s) and the request kinds the host
@@ -196,7 +203,7 @@ class CppHost:
         self._lib = lib = _lib()
         self._next_tag = random.Random(seed).randrange(1 << 16)
         self._mask_cache: dict = {}     # (kind, region) -> masks
-        self._line_masks: dict = {}     # (kind, line) -> masks: the rings and staging lines recur
+        self._line_masks = _line_masks(cfg)
         lib.tcxl_host_layout(*_response_layout())
         lib.tcxl_host_reset()
         self._attach = getattr(dut, ATTACH)

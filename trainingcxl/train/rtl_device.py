@@ -49,11 +49,12 @@ clearing (the copy running behind later descriptors).
 from __future__ import annotations
 
 import random
+from asyncio import CancelledError
 
 import cocotb
 from cocotb.task import resume
 import numpy as np
-from cocotb.triggers import ClockCycles, Event, First, RisingEdge, Timer
+from cocotb.triggers import ClockCycles, RisingEdge, Timer
 
 from cosim.powerfail import power_fail
 from sw_model.embedding_device import FixedPointEmbeddings, PowerFailure
@@ -98,7 +99,7 @@ class RtlDevice(FixedPointEmbeddings):
         self.seed = seed
         self.log = log or (lambda msg: None)
         self.dead = False
-        self._pf = Event()
+        self._op = None                # the primitive running in the simulator (_guarded)
         self.crash_image = None
         self.crashes = []              # dicts: cycle, batch, phase, image stats, recovery
         self._plan = []                # [(batch, fraction)] not fired yet
@@ -125,16 +126,17 @@ class RtlDevice(FixedPointEmbeddings):
         if self.dead:
             raise PowerFailure("device is powered off (restart() first)")
         t0 = self.pmem.cycle
-        task = cocotb.start_soon(coro_fn(*args))
+        task = self._op = cocotb.start_soon(coro_fn(*args))
         try:
-            await First(task.complete, self._pf.wait())
-        finally:
-            self._account(self.pmem.cycle - t0)
-        if not task.done():
-            task.cancel()
+            return await task
+        except CancelledError:
+            if not self.dead:
+                raise
             raise PowerFailure(f"power failure at cycle {self.crash_image.cycle} during "
-                               f"{self.phase} of batch {self.batch}")
-        return task.result()
+                               f"{self.phase} of batch {self.batch}") from None
+        finally:
+            self._op = None
+            self._account(self.pmem.cycle - t0)
 
     def _link(self, lines: int):
         self.link[self.phase] = self.link.get(self.phase, 0) + LINE * lines
@@ -169,7 +171,8 @@ class RtlDevice(FixedPointEmbeddings):
         self.log(f"power failure at cycle {cycle}: batch {self.batch}, {self.phase}")
         if self._snap_task is not None and not self._snap_task.done():
             self._snap_task.cancel()
-        self._pf.set()
+        if self._op is not None and not self._op.done():
+            self._op.cancel()               # its _guarded raises PowerFailure
 
     def _maybe_arm(self, batch: int):
         while self._plan and self._plan[0][0] < batch:
@@ -264,7 +267,6 @@ class RtlDevice(FixedPointEmbeddings):
 
     async def _a_restart(self):
         img = self.crash_image
-        self._pf = Event()
         self.dead = False
         self._armed = None
         c = await self._a_boot(lambda: self.drv.load_image(img))

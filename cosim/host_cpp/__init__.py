@@ -238,11 +238,6 @@ class CppHost:
         self._attach.value = 0
 
     # ------------------------------------------------------------------ jobs
-    def _tag(self) -> int:
-        t = self._next_tag
-        self._next_tag = (t + 1) & 0xFFFF
-        return t
-
     def _masks(self, kind: _Kind, line: int):
         """(need_ndr, ndr mask, drs mask) of the reference's answer to a ``kind`` request of
         ``line`` (computed once per kind and region)."""
@@ -268,22 +263,21 @@ class CppHost:
         if len({it[1] for it in items}) != n:
             raise ValueError("a line appears twice in one job (the host has one transaction "
                              "per line at a time)")
-        meta = (ctypes.c_uint * (6 * n))()
-        words = []
+        flat, words = [], []
         line_masks = self._line_masks
         if len(line_masks) > 1 << 16:
             line_masks.clear()
-        for i, (kind, line, data, be) in enumerate(items):
-            tag = self._tag()
+        tag = self._next_tag
+        for kind, line, data, be in items:
             got = line_masks.get((kind.name, line))
             if got is None:
                 got = line_masks[kind.name, line] = self._masks(kind, line)
-            need_ndr, ndr_mask, drs_mask = got
-            meta[6 * i:6 * i + 6] = [int(kind.rwd), tag, int(not kind.rwd), int(need_ndr),
-                                     ndr_mask, drs_mask]
+            flat += (kind.rwd, tag, not kind.rwd, *got)
             words.append(kind.payload(tag, line, data, be))
-        buf = ctypes.create_string_buffer(b"".join(words))
-        if self._lib.tcxl_host_submit(n, meta, buf, timeout + 1) != 0:
+            tag = (tag + 1) & 0xFFFF
+        self._next_tag = tag
+        meta = (ctypes.c_uint * (6 * n))(*flat)
+        if self._lib.tcxl_host_submit(n, meta, b"".join(words), timeout + 1) != 0:
             raise AssertionError("compiled host: a job is still running")
         self.stats["requests"] += n
         self.stats["jobs"] += 1

@@ -66,10 +66,11 @@ __all__ = ["RtlDevice"]
 
 LINE = 64
 STATUS_SNAP_BUSY = 1 << 4
+ALL_BE = (1 << LINE) - 1
 
 
 def _lines_of(chunks):
-    """``{line address: (bytearray(64), byte-enable mask)}`` covering ``[(addr, bytes)]``."""
+    """``{line address: (64 bytes, byte-enable mask)}`` covering ``[(addr, bytes)]``."""
     out = {}
     for addr, data in chunks:
         data = bytes(data)
@@ -78,7 +79,12 @@ def _lines_of(chunks):
             a = addr + o
             la, off = a - a % LINE, a % LINE
             k = min(LINE - off, len(data) - o)
-            buf, be = out.get(la, (bytearray(LINE), 0))
+            if k == LINE:                          # a whole line replaces what was there
+                out[la] = (data[o:o + LINE], ALL_BE)
+                o += LINE
+                continue
+            got = out.get(la)
+            buf, be = (bytearray(got[0]), got[1]) if got else (bytearray(LINE), 0)
             buf[off:off + k] = data[o:o + k]
             be |= ((1 << k) - 1) << off
             out[la] = (buf, be)

@@ -180,3 +180,24 @@ def test_demo_same_cycles_with_either_clock(tmp_path):
     assert runs["own"] == runs["cocotb"]
     with pytest.raises(SystemExit):
         job._args(["--clock", "own", "--pmem", "python"])
+
+
+def test_staging_chunks_to_lines_equal_a_byte_by_byte_merge(seed):
+    """The lines the RTL run's staging writes send (whole lines taken as they are, partial
+    ones merged with their byte enables, a later chunk winning) equal a byte-by-byte merge of
+    the same random chunks (offsets across line boundaries, overlaps, lengths 1-200)."""
+    import random
+    from trainingcxl.train.rtl_device import _lines_of
+    r = random.Random(seed)
+    for _ in range(2000):
+        chunks = [(r.randrange(1024), r.randbytes(r.choice((1, 5, 63, 64, 65, 128, 130, 200))))
+                  for _ in range(r.randrange(1, 5))]
+        want = {}
+        for addr, data in chunks:
+            for i, b in enumerate(data):
+                la, off = (addr + i) // 64 * 64, (addr + i) % 64
+                buf, be = want.get(la, (bytearray(64), 0))
+                buf[off] = b
+                want[la] = (buf, be | 1 << off)
+        got = {la: (bytes(buf), be) for la, (buf, be) in _lines_of(chunks).items()}
+        assert got == {la: (bytes(buf), be) for la, (buf, be) in want.items()}, (seed, chunks)

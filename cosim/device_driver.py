@@ -412,8 +412,12 @@ class DeviceDriver:
         self._phase("write_descs", t0)
         t0 = self.pmem.cycle
         new_tail = (self.tail + n) % size
-        await self.write("CMD_TAIL", new_tail)
-        if await self.read("CMD_TAIL") != new_tail:
+        if hasattr(self.csr, "write_read"):          # the compiled master: one job
+            got = await self.csr.write_read("CMD_TAIL", new_tail)
+        else:
+            await self.write("CMD_TAIL", new_tail)
+            got = await self.read("CMD_TAIL")
+        if got != new_tail:
             raise DriverError(f"doorbell {new_tail} refused: {await self.error_state()}")
         self.tail = new_tail
         detach = self.detach_while_waiting and self.via_host

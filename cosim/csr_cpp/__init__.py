@@ -139,3 +139,16 @@ class CppCsrMaster(CsrAccess):
             what = f"read of {name}" if reads else f"write to {clear[0]}"
             raise CsrResponseError(f"{what} answered resp {resp:#04b} while polling {name}")
         return bool(matched), int(data), int(reads)
+
+    async def write_read(self, name: str, value: int) -> int:
+        """Write ``value`` to register ``name``, then read it back, as one job (a doorbell and
+        the check that the device took it); returns the value read; raises
+        :class:`cosim.csr.CsrResponseError` on a non-OKAY response."""
+        a = self.map.offset(name)
+        (_, wresp, *_), (_, rresp, data, *_) = await self._run(
+            [(WRITE, a, int(value) & 0xFFFF_FFFF, 0xF, 0, 0, 0, 0, 0, 0, 0),
+             (READ, a, 0, 0, 0, 0, 0, 0, 0, 0, 0)], 2 * self.timeout)
+        for what, resp in ((f"write {int(value):#x} to", wresp), ("read of", rresp)):
+            if resp != OKAY:
+                raise CsrResponseError(f"{what} {name} ({a:#05x}) answered resp {resp:#04b}")
+        return int(data)

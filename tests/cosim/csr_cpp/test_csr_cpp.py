@@ -6,7 +6,8 @@ the compiled master with ``BenchConfig(csr="cpp")``):
 * ``csr_cpp_same_registers``: seeded values written to the read-write registers through the
   compiled master read back the same through it and through cocotbext-axi's master (switched
   in on the same port), and the reverse; every read-only register reads the same through both;
-  an unmapped read and a write to a read-only register answer SLVERR (raised by name).
+  an unmapped read and a write to a read-only register answer SLVERR (raised by name); the
+  one-job write-then-read (the doorbell's) reads back what it wrote and refuses the same way.
 * ``csr_cpp_poll``: the completion wait as one job: a register already at its value matches on
   the first read; a value it never takes gives up after the timeout (not matched, several
   reads, within the timeout plus one wait); with the write-1-to-clear the interrupt status
@@ -96,6 +97,17 @@ async def csr_cpp_same_registers(dut):
         assert "ID" in str(e), str(e)
     else:
         raise AssertionError("a write to the read-only ID register was not refused")
+    # the doorbell's write-then-read job: the read-back is the register's new value
+    for reg in ("LR", "MLP_LAG"):
+        v = rng.getrandbits(32)
+        assert await cpp.write_read(reg, v) == v & mask[reg], (tb.seed, reg, hex(v))
+        assert await cpp.read(reg) == v & mask[reg], (tb.seed, reg, hex(v))
+    try:
+        await cpp.write_read("ID", 1)
+    except CsrResponseError as e:
+        assert "ID" in str(e) and "write" in str(e), str(e)
+    else:
+        raise AssertionError("write_read to the read-only ID register was not refused")
 
 
 @cocotb.test()

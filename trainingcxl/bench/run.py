@@ -26,8 +26,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import io
+import os
 import sys
-from contextlib import redirect_stdout
+import tempfile
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,14 +54,56 @@ class BenchSection:
 
 def run_section(section: BenchSection, *, progress=None) -> dict:
     """Run one benchmark section; returns ``{"name", "rc", "output"}`` (``output`` None when
-    not captured)."""
+    not captured). A captured section's output is what it printed, its simulators' output
+    included (they write to the process's file descriptors, not to ``sys.stdout``), and its
+    standard error, in the order written; on a worker that runs several tasks at once (a
+    cluster joined with ``--scheduler`` whose workers have more than one thread) only what
+    the section printed from Python is captured, so no section takes another's lines."""
     module = importlib.import_module(f"trainingcxl.bench.{section.name}")
     if not section.capture:
         return {"name": section.name, "rc": module.main(list(section.argv)), "output": None}
+    if _one_task_at_a_time():
+        with _fd_capture() as read:
+            rc = module.main(list(section.argv))
+        return {"name": section.name, "rc": rc, "output": read()}
     buf = io.StringIO()
     with redirect_stdout(buf):
         rc = module.main(list(section.argv))
     return {"name": section.name, "rc": rc, "output": buf.getvalue()}
+
+
+def _one_task_at_a_time() -> bool:
+    """True outside a Dask worker and on a worker with one thread."""
+    try:
+        from distributed import get_worker
+        return get_worker().state.nthreads == 1
+    except (ImportError, ValueError):          # not on a worker
+        return True
+
+
+@contextmanager
+def _fd_capture():
+    """File descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr`` on them) into one temporary
+    file for the block; yields a function that returns what was written, once the block ended."""
+    with tempfile.TemporaryFile() as f:
+        text = []
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+            with open(1, "w", closefd=False, buffering=1) as out, redirect_stdout(out), \
+                    redirect_stderr(out):
+                yield lambda: text[0]
+                out.flush()
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+            f.seek(0)
+            text.append(f.read().decode(errors="replace"))
 
 
 def main(argv=None):

@@ -244,17 +244,26 @@ def _build(verilog: str, cpp: str, opts: str, root: Path, *, top: str = TOP,
            prefix: str | None = None, sources: tuple = ()) -> Path:
     """Verilate ``verilog`` (top module ``top``, C++ class ``prefix``, default ``V<top>``) with
     the C++ ``main`` ``cpp`` and the further C++ files ``sources`` (paths) into an executable,
-    cached under ``root`` by the hash of all of it."""
-    from cosim.build import OPT_FAST, VERILATOR_ARGS, verilator_env
+    cached under ``root`` by the hash of all of it and of the tools' versions; under a file lock,
+    so processes sharing ``root`` build it once."""
+    from filelock import FileLock
+    from cosim.build import OPT_FAST, VERILATOR_ARGS, _tool_versions, verilator_env
     opt_fast = OPT_FAST_SETS.get(opts, OPT_FAST)
     verilator_env(opt_fast)
     args = tuple(VERILATOR_ARGS) + OPTION_SETS[opts]
     prefix = prefix or f"V{top}"
     extra = [(Path(f).name, Path(f).read_text()) for f in sources]
     key = hashlib.sha256("\0".join((verilog, repr(args), repr(opt_fast), cpp, top, prefix,
-                                     *(n + "\0" + t for n, t in extra))).encode()
-                         ).hexdigest()[:16]
+                                     _tool_versions(), *(n + "\0" + t for n, t in extra))
+                                    ).encode()).hexdigest()[:16]
     d = root / key
+    root.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(d) + ".lock"):
+        return _build_locked(d, verilog, cpp, args, top, prefix, extra)
+
+
+def _build_locked(d: Path, verilog: str, cpp: str, args: tuple, top: str, prefix: str,
+                  extra: list) -> Path:
     exe = d / "obj" / prefix
     main_cpp = d / "main.cpp"
     if exe.is_file() and main_cpp.is_file() and main_cpp.read_text() == cpp:
@@ -355,8 +364,10 @@ def training_replay(out: Path, batches: int = 4, opts: str = "cocotb") -> tuple[
     """Verilator alone under the training load, ready to time: records ``<out>/stimulus`` (a
     ``trainingcxl train --batches batches --crashes 1`` run of the default configuration, as
     ``--record``), builds the replay of this installation's ``hw`` with the option set ``opts``
-    (cached under ``<out>/verilator``) and checks every output of every cycle once. Returns
-    (replay executable, stimulus directory, recorded cycles) for :func:`replay_rate`."""
+    (in the build cache, ``cosim.build.cache_dir()/verilator-alone``: the replay's C++ reads the
+    stimulus files at run time, so one build serves every recording of the same ports) and
+    checks every output of every cycle once. Returns (replay executable, stimulus directory,
+    recorded cycles) for :func:`replay_rate`."""
     from cosim.trace.stimulus import load_manifest
     stim = Path(out).resolve() / "stimulus"
     _record(stim, batches, Path(out).resolve() / "stimulus-run")
@@ -365,9 +376,8 @@ def training_replay(out: Path, batches: int = 4, opts: str = "cocotb") -> tuple[
     here = Path(__file__).resolve().parents[2]
     with tempfile.TemporaryDirectory() as tmp:
         verilog, _ = _verilog(here, config, Path(tmp))
-    root = Path(out).resolve() / "verilator"
-    root.mkdir(parents=True, exist_ok=True)
-    exe = _build(verilog, replay_cpp(man), opts, root)
+    from cosim.build import cache_dir
+    exe = _build(verilog, replay_cpp(man), opts, cache_dir() / "verilator-alone")
     write_init(stim, man)
     check_replay(exe, stim, man["cycles"])
     return exe, stim, man["cycles"]

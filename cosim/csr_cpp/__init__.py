@@ -51,9 +51,10 @@ class CppCsrMaster(CsrAccess):
 
     ``prefix``: the port (as ``csr_slot`` put the master on it); ``timeout``: cycles one
     access may take before :class:`CsrProtocolError` (a device that never answers; the engine
-    ends a job that overruns its cycles, so a wait never hangs). Creating one selects the compiled master (``csr_cpp`` = 1) and
-    forgets what a master before it left. A job cancelled by its caller (a power failure)
-    stays in the engine until the next reset, which drops it."""
+    ends a job that overruns its cycles, so a wait never hangs). Creating one selects the
+    compiled master (``csr_cpp`` = 1) and forgets what a master before it left. A job
+    cancelled by its caller (a power failure) stays in the engine until the next reset, which
+    drops it."""
 
     def __init__(self, dut, *, prefix: str = "s_axil", regmap: CsrMap | None = None,
                  timeout: int = 10_000):

@@ -716,7 +716,7 @@ def _fresh_run_dir(test_module: str) -> Path:
 
 def run(build: Build, test_module: str, *, test_filter: str | None = None, seed: int,
         params=None, extra_env: dict | None = None, test_dir=None, waves: bool = False,
-        capture: bool = True) -> Results:
+        capture: bool = True, quiet: bool = False) -> Results:
     """Run the tests of ``test_module`` under cocotb against ``build``; check they really ran.
 
     The simulator is the one ``build`` was made for (``build.sim``). ``test_filter`` is a regex on
@@ -727,7 +727,8 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
     working directory) receives ``params.json``, ``results.xml``, ``sim.log`` and ``dump.vcd``
     (Icarus: ``dump.fst``). With
     ``capture`` the simulator's output goes to ``sim.log`` (its tail is quoted on failure),
-    otherwise to this process's stdout.
+    otherwise to this process's stdout. A successful run prints one line (tests passed,
+    module, seed) unless ``quiet`` (a campaign whose progress bar counts its runs' points).
 
     Raises :class:`CosimError` when the simulator died, no test ran, or any test failed.
     """
@@ -802,7 +803,9 @@ def run(build: Build, test_module: str, *, test_filter: str | None = None, seed:
         raise CosimError(f"simulator exited {sim_exit} although all tests passed: {where}{tail}")
     skipped = f", {n_skipped} skipped" if n_skipped else ""
     sim = "" if build.sim == "verilator" else f", {build.sim}"
-    print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, seed {seed}{sim})")
+    if not quiet:
+        print(f"cocotb: {n_tests - n_skipped} tests passed{skipped} ({test_module}, "
+              f"seed {seed}{sim})")
     RUNS.append((test_module, n_tests - n_skipped))
     if waves:
         dump = "dump.vcd" if build.sim == "verilator" else "dump.fst"

@@ -371,7 +371,7 @@ def run_sim_task(build, module: str, test: str, *, seed: int, params, out: Path,
     err = None
     try:
         cb.run(build, module, test_filter=f"{test}$", seed=seed, params=params,
-               test_dir=out / "run")
+               test_dir=out / "run", quiet=True)
     except cb.CosimError as e:
         err = str(e)[-3000:]
     result = out / "result.json"

@@ -209,7 +209,8 @@ def run_part(part: CrashPart, *, progress=None) -> dict:
         def target():
             try:
                 box["res"] = cb.run(build, "trainingcxl.crash.tb", seed=part.seed,
-                                    params=run_params, test_dir=out / f"run{restarts}")
+                                    params=run_params, test_dir=out / f"run{restarts}",
+                                    quiet=True)
             except cb.CosimError as e:
                 box["err"] = e
 

@@ -192,7 +192,8 @@ def run_bench(build: dict, bench: Bench, mutant: int, seed: int, test_dir: Path)
     b = cb.Build(build_dir=Path(build["build_dir"]), top=build["top"], key=build["key"],
                  waves=False)
     os.environ[cb.MUTANT_ENV] = str(mutant)
-    res = cb.run(b, bench.module, seed=seed, params=_params(bench.params), test_dir=test_dir)
+    res = cb.run(b, bench.module, seed=seed, params=_params(bench.params), test_dir=test_dir,
+                 quiet=True)
     if res.n_ran < bench.min_tests:
         raise cb.CosimError(f"{bench.module}: {res.n_ran} tests ran, expected at least "
                             f"{bench.min_tests}")

@@ -85,7 +85,7 @@ def run_block(block: StressBlock, *, progress=None) -> dict:
     err = None
     try:
         cb.run(b, "trainingcxl.stress.tb", seed=block.seed, params=run_params,
-               test_dir=out / "run")
+               test_dir=out / "run", quiet=True)
     except cb.CosimError as e:
         err = str(e)
     if not result.exists():

@@ -29,7 +29,7 @@ import io
 import os
 import sys
 import tempfile
-from contextlib import contextmanager, redirect_stderr, redirect_stdout
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,14 +62,9 @@ def run_section(section: BenchSection, *, progress=None) -> dict:
     module = importlib.import_module(f"trainingcxl.bench.{section.name}")
     if not section.capture:
         return {"name": section.name, "rc": module.main(list(section.argv)), "output": None}
-    if _one_task_at_a_time():
-        with _fd_capture() as read:
-            rc = module.main(list(section.argv))
-        return {"name": section.name, "rc": rc, "output": read()}
-    buf = io.StringIO()
-    with redirect_stdout(buf):
-        rc = module.main(list(section.argv))
-    return {"name": section.name, "rc": rc, "output": buf.getvalue()}
+    capture = _fd_captured if _one_task_at_a_time() else _py_captured
+    rc, output = capture(lambda: module.main(list(section.argv)))
+    return {"name": section.name, "rc": rc, "output": output}
 
 
 def _one_task_at_a_time() -> bool:
@@ -81,29 +76,33 @@ def _one_task_at_a_time() -> bool:
         return True
 
 
-@contextmanager
-def _fd_capture():
-    """File descriptors 1 and 2 (and ``sys.stdout``/``sys.stderr`` on them) into one temporary
-    file for the block; yields a function that returns what was written, once the block ended."""
+def _py_captured(call):
+    """``(call(), what it printed to sys.stdout)``."""
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        result = call()
+    return result, buf.getvalue()
+
+
+def _fd_captured(call):
+    """``(call(), what was written meanwhile)``: file descriptors 1 and 2, and ``sys.stdout``
+    and ``sys.stderr`` on them, go into one temporary file while ``call`` runs."""
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
     with tempfile.TemporaryFile() as f:
-        text = []
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()
-        saved = [os.dup(1), os.dup(2)]
+        saved = {fd: os.dup(fd) for fd in (1, 2)}
         try:
-            os.dup2(f.fileno(), 1)
-            os.dup2(f.fileno(), 2)
+            for fd in saved:
+                os.dup2(f.fileno(), fd)
             with open(1, "w", closefd=False, buffering=1) as out, redirect_stdout(out), \
                     redirect_stderr(out):
-                yield lambda: text[0]
-                out.flush()
+                result = call()
         finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in saved:
-                os.close(fd)
-            f.seek(0)
-            text.append(f.read().decode(errors="replace"))
+            for fd, old in saved.items():
+                os.dup2(old, fd)
+                os.close(old)
+        f.seek(0)
+        return result, f.read().decode(errors="replace")
 
 
 def main(argv=None):

@@ -65,11 +65,25 @@ class ClusterError(RuntimeError):
     """The cluster could not be started or reached, or it lost a task for good."""
 
 
+LOG_BAR_INTERVAL_S = 10.0   # seconds between redraws of a bar written into a log
+
+
 def _bar(total: int, desc: str, unit: str, enabled: bool):
+    """The campaign's progress bar on stderr; redrawn ten times a second on a terminal, at
+    most every :data:`LOG_BAR_INTERVAL_S` seconds into a file or pipe (a 10,000-point
+    campaign's log then holds a few dozen bar lines, not tens of thousands)."""
     if not enabled:
         return None
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True)
+    isatty = getattr(sys.stderr, "isatty", lambda: False)()
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, dynamic_ncols=True,
+                mininterval=0.1 if isatty else LOG_BAR_INTERVAL_S)
+
+
+def _advance(bar, n: int):
+    """Set the bar to ``n`` units done; it redraws only as often as its interval allows."""
+    if n != bar.n:
+        bar.update(n - bar.n)
 
 
 def _weights(items: list, weights) -> list[int]:
@@ -122,8 +136,7 @@ class SerialExecutor:
             for item, w in zip(items, weights):
                 def report(done, _base=base, _w=w):
                     if bar is not None:
-                        bar.n = _base + min(max(int(done), 0), _w)
-                        bar.refresh()
+                        _advance(bar, _base + min(max(int(done), 0), _w))
                 out.append(task(item, progress=report))
                 base += w
                 report(w)
@@ -222,9 +235,7 @@ class DaskExecutor:
                     with lock:
                         n = sum(weights[k] if k in finished else partial.get(k, 0)
                                 for k in range(len(items)))
-                    if n != bar.n:
-                        bar.n = n
-                        bar.refresh()
+                    _advance(bar, n)
             return [f.result() for f in futures]
         except FutureCancelledError as e:
             raise ClusterError(f"a task of {desc!r} was cancelled by the cluster: {e}") from e

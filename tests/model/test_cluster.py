@@ -6,6 +6,7 @@ import contextlib
 import functools
 import gc
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -37,6 +38,19 @@ def test_serial_map_keeps_order_and_reports_progress(seed):
         assert isinstance(ex, SerialExecutor)
         assert ex.map(task, items, progress=False) == [x * x for x in items]
     assert seen == items
+
+
+def test_progress_into_a_log_is_a_few_lines_not_one_per_update(capsys, seed):
+    """stderr not a terminal (a log file, CI): the bar is drawn when it starts and when it ends,
+    not at each of the 300 progress reports (it was: a 10,000-point campaign wrote 10,000)."""
+    items = _items(seed, n=300)
+    with open_executor() as ex:
+        assert ex.map(cluster_tasks.square, items, desc="points", unit="pt") == \
+            [x * x for x in items]
+    err = capsys.readouterr().err
+    draws = [line for line in re.split(r"[\r\n]", err) if line.startswith("points")]
+    assert 1 <= len(draws) <= 3, draws
+    assert "300/300" in draws[-1]
 
 
 def test_serial_path_does_not_import_distributed():

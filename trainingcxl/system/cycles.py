@@ -241,7 +241,7 @@ def fit(points) -> Formulas:
                     tuple(float(x) for x in cm), tuple(float(x) for x in sn))
 
 
-VALIDATION_ROLES = ("held_out", "blind")
+VALIDATION_ROLES = ("held_out", "blind", "blind2")
 
 
 def _points(doc, role):
@@ -255,9 +255,17 @@ def default_formulas() -> Formulas:
     return fit(_points(load_data(), "fit"))
 
 
+def rows_desc(point: dict) -> str:
+    """The table's rows and distribution, e.g. ``zipf 1.05 of 2^20`` or ``uniform of 512``."""
+    r = point["rows"]
+    size = f"2^{r.bit_length() - 1}" if r & (r - 1) == 0 and r >= 1024 else str(r)
+    dist = f"zipf {point.get('alpha', 1.05):g}" if point["dist"] == "zipf" else point["dist"]
+    return f"{dist} of {size}"
+
+
 def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) -> list[dict]:
     """Predicted vs measured cycles on the points of ``role`` (a role or a tuple of roles;
-    default: the held-out and the blind points, none of which the fit sees)."""
+    default: the held-out and both blind sets, none of which the fit sees)."""
     doc = load_data() if doc is None else doc
     f = formulas or fit(_points(doc, "fit"))
     rows = []
@@ -267,6 +275,7 @@ def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) 
             rows.append({"point": p["point"], "role": p["role"], "command": c,
                          "latency": p["latency"],
                          "dim": p["dim"], "n_bags": p["n_bags"], "pooling": p["pooling"],
+                         "rows_desc": rows_desc(p),
                          "distinct": p["distinct_rows"], "snap_bytes": p["snap_bytes"],
                          "measured": meas[c], "predicted": pred[c],
                          "error": pred[c] / meas[c] - 1})

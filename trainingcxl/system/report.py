@@ -237,9 +237,11 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
 
     md = []
     md.append("# TrainingCXL system model\n")
+    runs = "".join(f"; points {a['points'][0]}-{a['points'][-1]} added with `{a['command']}` "
+                   f"on {a['date']}, git {a['git_commit'][:10]}" for a in doc.get("appended", []))
     md.append("One DLRM training step per system, device time from cycle formulas fitted to RTL "
               "measurements (`trainingcxl/system/data/rtl_cycles.json`, measured with "
-              f"`{doc['command']}` on {doc['date']}, git {doc['git_commit'][:10]}), every "
+              f"`{doc['command']}` on {doc['date']}, git {doc['git_commit'][:10]}{runs}), every "
               "other parameter from the table at the end. docs/system.md explains the model.\n")
     md.append("## Headline against the paper\n")
     md.append("Paper (Kwon et al., IEEE Micro 2023, arXiv:2301.07492): **5.2x** training "

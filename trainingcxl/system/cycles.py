@@ -19,10 +19,26 @@ LOOKUP+LOG (doorbell to completion record persistent)::
 
 UPDATE (doorbell, after the undo backlog drained, to completion persistent)::
 
-    c0 + c1*L + max(n*d * little,  (U*d + B*d + ceil(n/16) + ceil((B+1)/16)) * little)
+    c0 + c1*L + (n*d + loss) * little
+    loss = rho * ((G - 1) * (d - q) + S * (1 - q))
+    rho  = r / n                               share of items that read their row (the rest
+                                               join a row still in flight and are forwarded)
+    r    = D(w) + (n - w) * (D(w + 1) - D(w))  expected such items, D(k) = expected distinct
+                                               rows among k draws of the table's distribution
+    w    = floor((2L + 12) / (d * little)) + 1 items whose tracker entries an item still finds
+    G    = min(B, n)                           gradient bursts (a bag's d lines, at its first item)
+    S    = max(0, ceil(n/16) - 32) + max(0, ceil((B+1)/16) - 32)
+                                               index and offsets lines read while rows stream
+    q    = 1 - rho ** (n / (G + S))            the read slice has its line of room again
 
-    writes: one row per (bag, row) item; reads: each distinct row once (repeats in flight are
-    forwarded), the gradients and the index lists
+    The row stage issues one line per cycle, a row read or a forwarded line, and the write
+    stage writes one line per cycle behind it. Row reads share the engine's read port with the
+    gradient, index and offsets reads, which have priority (RequestPortMux, fixed priority):
+    every cycle the port serves one of those while the row stage has a row read waiting is a
+    cycle the writes lose, except the one the register slice in front of the port absorbs when
+    a forwarded line has drained it since the last such episode. Forwarded lines need no
+    port, so a burst that meets a forwarded item costs nothing. Uniform rows over a large table
+    (rho = 1, q = 0) give n*d + (B - 1)*d + S, the reads; skewed rows give less.
 
 COMMIT (completion ``cycles`` + the descriptor fetch and completion write around it)::
 
@@ -47,7 +63,10 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load_data"]
+from trainingcxl.system.workload import expected_distinct
+
+__all__ = ["DATA_FILE", "Formulas", "fit", "default_formulas", "validate", "load_data",
+           "update_window", "update_row_reads"]
 
 DATA_FILE = pathlib.Path(__file__).resolve().parent / "data" / "rtl_cycles.json"
 MAX_OUTSTANDING = 256   # DeviceConfig().max_reads = max_writes of the measured build
@@ -56,6 +75,13 @@ SNAP_OFFSET = 7         # measure.py copies from a staging address 7 bytes past 
 ROUND_TRIP = 3          # cycles of a media read beyond L: the PMEM model's handshake, the media
                         # adapter's R register and its response path (docs/benchmarks.md, LOOKUP)
 COMMANDS = ("lookup", "update", "commit", "snapshot")
+# An UPDATE item's row-tracker entry lives 2L + d + 12 cycles from its first line's issue at the
+# row stage: the fit points' traces give 2L + d + 9 from that line's media read to the last
+# line's write acknowledgement, plus the request and acknowledgement paths around the media.
+ENTRY_EXTRA = 12
+# Lines the UPDATE's offsets and index readers fetch before the rows stream (WordReader depth
+# max(4, max_reads / 8) = 32 lines each, hw/gather/front.py)
+READ_AHEAD = 32
 
 
 def little(latency) -> float:
@@ -70,12 +96,36 @@ def lookup_lines(n_bags, lookups, dim, distinct):
     return R, W
 
 
-def update_lines(n_bags, lookups, dim, distinct):
-    """Lines written and read by an UPDATE."""
+def update_window(dim, latency) -> int:
+    """Items before an UPDATE item whose rows are still in flight when it reaches the row stage
+    (it joins such a row instead of reading it): the entry's life in items of d lines."""
+    d = dim // 16
+    return math.floor((2 * latency + ENTRY_EXTRA) / (d * little(latency))) + 1
+
+
+def update_row_reads(*, lookups, dim, latency, rows, dist="uniform", alpha=1.05) -> float:
+    """Expected UPDATE items that read their row (no item of the same row among the previous
+    ``update_window`` items): sum over items of the probability that the row is new in the
+    window, D(w) + (n - w) * (D(w + 1) - D(w)) with D the expected distinct rows."""
+    n = int(lookups)
+    w = update_window(dim, latency)
+    if n <= w:
+        return expected_distinct(n, rows, dist, alpha)
+    dw = expected_distinct(w, rows, dist, alpha)
+    return dw + (n - w) * (expected_distinct(w + 1, rows, dist, alpha) - dw)
+
+
+def update_body(n_bags, lookups, dim, latency, row_reads) -> float:
+    """UPDATE cycles beyond c0 + c1*L: the write stream and the cycles its row reads lose to
+    the gradient, index and offsets reads on the shared read port (module docstring)."""
     d = dim / 16
-    writes = lookups * d
-    reads = distinct * d + n_bags * d + math.ceil(lookups / 16) + math.ceil((n_bags + 1) / 16)
-    return writes, reads
+    rho = min(1.0, row_reads / lookups)
+    bursts = min(n_bags, lookups)
+    steals = (max(0, math.ceil(lookups / 16) - READ_AHEAD)
+              + max(0, math.ceil((n_bags + 1) / 16) - READ_AHEAD))
+    q = 1.0 - rho ** (lookups / (bursts + steals))
+    loss = rho * ((bursts - 1) * (d - q) + steals * (1 - q))
+    return (lookups * d + loss) * little(latency)
 
 
 @dataclass(frozen=True)
@@ -95,10 +145,10 @@ class Formulas:
         return c0 + c1 * latency + self.lookup_body(n_bags=n_bags, lookups=lookups, dim=dim,
                                                     distinct=distinct, latency=latency)
 
-    def update(self, *, n_bags, lookups, dim, distinct, latency) -> float:
+    def update(self, *, n_bags, lookups, dim, latency, row_reads) -> float:
+        """``row_reads``: items that read their row (:func:`update_row_reads`)."""
         c0, c1 = self.update_c
-        return c0 + c1 * latency + max(update_lines(n_bags, lookups, dim, distinct)) * little(
-            latency)
+        return c0 + c1 * latency + update_body(n_bags, lookups, dim, latency, row_reads)
 
     def commit(self, *, latency) -> float:
         c0, c1 = self.commit_c
@@ -115,7 +165,10 @@ class Formulas:
         """Predicted cycles of one measured point's four commands."""
         kw = dict(n_bags=point["n_bags"], lookups=point["lookups"], dim=point["dim"],
                   distinct=point["distinct_rows"], latency=point["latency"])
-        return {"lookup": self.lookup(**kw), "update": self.update(**kw),
+        return {"lookup": self.lookup(**kw),
+                "update": self.update(n_bags=point["n_bags"], lookups=point["lookups"],
+                                      dim=point["dim"], latency=point["latency"],
+                                      row_reads=point_row_reads(point)),
                 "commit": self.commit(latency=point["latency"]),
                 "snapshot": self.snapshot(nbytes=point["snap_bytes"], latency=point["latency"],
                                           offset=point.get("snap_offset", SNAP_OFFSET))}
@@ -123,6 +176,14 @@ class Formulas:
     def as_dict(self) -> dict:
         return {k: (float(v) if not isinstance(v, tuple) else [float(x) for x in v])
                 for k, v in self.__dict__.items()}
+
+
+def point_row_reads(point: dict) -> float:
+    """Expected row-reading UPDATE items of a measured point, from its description (the
+    distribution, not its drawn index list)."""
+    return update_row_reads(lookups=point["lookups"], dim=point["dim"],
+                            latency=point["latency"], rows=point["rows"], dist=point["dist"],
+                            alpha=point.get("alpha", 1.05))
 
 
 def measured(point: dict) -> dict:
@@ -163,8 +224,8 @@ def fit(points) -> Formulas:
         if best is None or sse < best[0]:
             best = (sse, float(K), tuple(c))
     _, K, lk = best
-    ub = np.array([max(update_lines(k["n_bags"], k["lookups"], k["dim"], k["distinct"]))
-                   * little(k["latency"]) for k in kw])
+    ub = np.array([update_body(p["n_bags"], p["lookups"], p["dim"], p["latency"],
+                               point_row_reads(p)) for p in points])
     up = _lsq(X, y["update"], y["update"] - ub)
     cm = _lsq(X, y["commit"], y["commit"])
     Q = np.array([math.ceil((p.get("snap_offset", SNAP_OFFSET) % 64 + p["snap_bytes"]) / 64)
@@ -180,7 +241,7 @@ def fit(points) -> Formulas:
                     tuple(float(x) for x in cm), tuple(float(x) for x in sn))
 
 
-VALIDATION_ROLES = ("held_out", "blind")
+VALIDATION_ROLES = ("held_out", "blind", "blind2")
 
 
 def _points(doc, role):
@@ -194,9 +255,17 @@ def default_formulas() -> Formulas:
     return fit(_points(load_data(), "fit"))
 
 
+def rows_desc(point: dict) -> str:
+    """The table's rows and distribution, e.g. ``zipf 1.05 of 2^20`` or ``uniform of 512``."""
+    r = point["rows"]
+    size = f"2^{r.bit_length() - 1}" if r & (r - 1) == 0 and r >= 1024 else str(r)
+    dist = f"zipf {point.get('alpha', 1.05):g}" if point["dist"] == "zipf" else point["dist"]
+    return f"{dist} of {size}"
+
+
 def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) -> list[dict]:
     """Predicted vs measured cycles on the points of ``role`` (a role or a tuple of roles;
-    default: the held-out and the blind points, none of which the fit sees)."""
+    default: the held-out and both blind sets, none of which the fit sees)."""
     doc = load_data() if doc is None else doc
     f = formulas or fit(_points(doc, "fit"))
     rows = []
@@ -206,6 +275,7 @@ def validate(doc=None, formulas: Formulas | None = None, role=VALIDATION_ROLES) 
             rows.append({"point": p["point"], "role": p["role"], "command": c,
                          "latency": p["latency"],
                          "dim": p["dim"], "n_bags": p["n_bags"], "pooling": p["pooling"],
+                         "rows_desc": rows_desc(p),
                          "distinct": p["distinct_rows"], "snap_bytes": p["snap_bytes"],
                          "measured": meas[c], "predicted": pred[c],
                          "error": pred[c] / meas[c] - 1})

@@ -1,13 +1,15 @@
 """RTL measurements for the system model's cycle formulas: the full device under cocotb +
 Verilator, every result checked against the golden model.
 
-    python -m trainingcxl.system.measure [--set fit,held_out] [--out FILE] [--seed 1]
+    python -m trainingcxl.system.measure [--set fit,held_out] [--out FILE] [--seed 1] [--append]
 
 Writes ``trainingcxl/system/data/rtl_cycles.json`` (default): per point the workload, the
 exact cycle counts of LOOKUP, UPDATE, COMMIT and SNAPSHOT and the command that measured them.
 The fitted formulas (:mod:`trainingcxl.system.cycles`) are fitted on the ``fit`` points and
-validated on the ``held_out`` ones; ``tests/system`` checks them against this file without
-running the RTL.
+validated on the ``held_out``, ``blind`` and ``blind2`` ones; ``tests/system`` checks them
+against this file without running the RTL. ``--append`` adds points to the file (numbered after
+its points, their command, date and commit under ``appended``); each point's ``rng_key`` seeds
+the generator its workload was drawn from.
 
 Per point (one table of ``rows`` rows, ``n_bags`` bags of ``pooling`` indices, ``dim``; PMEM read
 latency = write latency = ``latency`` cycles), on one device, in one simulator launch:
@@ -80,17 +82,30 @@ _BLIND = [
     (60, 16, 48, 40, "uniform", 512, 50000),
     (280, 64, 40, 3, "uniform", U20, 2500),
 ]
+# chosen after the UPDATE form with its read-port term was fixed (docs/system.md); an eighth
+# field is the Zipf exponent (default 1.05)
+_BLIND2 = [
+    (70, 128, 24, 6, "zipf", U20, 20000),
+    (170, 64, 12, 32, "zipf", U20, 9000),
+    (45, 32, 80, 3, "zipf", U20, 1500, 1.3),
+    (230, 16, 48, 24, "zipf", U20, 40000, 0.9),
+    (110, 64, 20, 2, "zipf", U20, 5000),
+    (260, 128, 10, 5, "zipf", U20, 12000, 1.2),
+    (140, 32, 56, 10, "uniform", 2048, 15000),
+    (25, 128, 6, 48, "uniform", U20, 60000),
+]
 
 
 def _point(t, role):
-    lat, dim, bags, pool, dist, rows, snap = t
+    lat, dim, bags, pool, dist, rows, snap, *alpha = t
     return dict(role=role, latency=lat, dim=dim, n_bags=bags, pooling=pool, dist=dist,
-                rows=rows, snap_bytes=snap)
+                rows=rows, snap_bytes=snap, **({"alpha": alpha[0]} if alpha else {}))
 
 
 POINTS = {"fit": [_point(t, "fit") for t in _FIT],
           "held_out": [_point(t, "held_out") for t in _HELD_OUT],
-          "blind": [_point(t, "blind") for t in _BLIND]}
+          "blind": [_point(t, "blind") for t in _BLIND],
+          "blind2": [_point(t, "blind2") for t in _BLIND2]}
 QUICK = [dict(role="smoke", latency=100, dim=16, n_bags=8, pooling=4, dist="uniform",
               rows=4096, snap_bytes=256)]
 
@@ -179,7 +194,10 @@ def _cocotb_test():
                     "flip_end": max(flips) if flips else None,
                     "snapshot_span": (max(flips) - t_db) if flips else None,
                     "lines": int(got["lines"])}
-            res = {**p, "point": i, "seed": tb.seed, "snap_offset": SNAP_OFFSET, "distinct_rows": int(len(pt.touched)),
+            # rng_key: the workload's generator seed, default_rng(rng_key) (``point`` is
+            # renumbered when --append adds to a file)
+            res = {**p, "point": i, "seed": tb.seed, "rng_key": [tb.seed, i],
+                   "snap_offset": SNAP_OFFSET, "distinct_rows": int(len(pt.touched)),
                    "lookups": int(len(pt.indices)), "runs": runs, "snapshot": snap,
                    "wall_s": round(time.time() - w0, 1)}
             (out / f"{i}.json").write_text(json.dumps(res))
@@ -245,8 +263,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m trainingcxl.system.measure",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--set", default="fit,held_out",
-                    help="comma-separated point sets: fit, held_out, blind, quick (default "
-                         "fit,held_out)")
+                    help="comma-separated point sets: fit, held_out, blind, blind2, quick "
+                         "(default fit,held_out)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", type=pathlib.Path, default=DATA_FILE)
     ap.add_argument("--append", action="store_true",
@@ -260,7 +278,7 @@ def main(argv=None):
         elif s in POINTS:
             points += POINTS[s]
         else:
-            ap.error(f"--set: unknown point set {s!r} (fit, held_out, blind, quick)")
+            ap.error(f"--set: unknown point set {s!r} ({', '.join(POINTS)}, quick)")
     cmd = "python -m trainingcxl.system.measure " + " ".join(argv if argv is not None
                                                                else sys.argv[1:])
     print(f"system-model RTL measurements: {len(points)} points, seed {args.seed}")

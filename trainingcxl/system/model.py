@@ -236,11 +236,17 @@ def _device_table(t: Table, B: int, p: Params, L: int, f: cyc.Formulas) -> dict:
     lk_read = n * _granule(rb, p) + staging * idx_bytes
     t_lookup = max(lk_cyc / clk, _media_time(lk_read, staging * out_bytes + rec_bytes, p))
     t_floor = max(lk_cyc0 / clk, _media_time(lk_read, staging * out_bytes, p))
-    # UPDATE: gradients, index lists, rows (once per distinct row); the RTL writes a row once
-    # per (bag, row) item, a coalescing engine once per distinct row
-    items = U if p["update_coalesced"] else n
-    up_cyc = f.update(n_bags=B, lookups=items, dim=t.dim, distinct=U, latency=L)
-    up_read = U * _granule(rb, p) + staging * (idx_bytes + out_bytes)
+    # UPDATE: gradients, index lists, rows; the RTL reads a row for every item whose row is
+    # not still in flight (cycles.update_row_reads) and writes it once per (bag, row) item, a
+    # coalescing engine reads and writes each distinct row once
+    if p["update_coalesced"]:
+        items = reads = U
+    else:
+        items = n
+        reads = cyc.update_row_reads(lookups=n, dim=t.dim, latency=L, rows=t.rows,
+                                     dist=t.dist, alpha=t.alpha)
+    up_cyc = f.update(n_bags=B, lookups=items, dim=t.dim, latency=L, row_reads=reads)
+    up_read = reads * _granule(rb, p) + staging * (idx_bytes + out_bytes)
     up_write = items * _granule(rb, p)
     t_update = max(up_cyc / clk, _media_time(up_read, up_write, p))
     return dict(t_lookup=t_lookup, t_lookup_floor=t_floor, t_update=t_update,

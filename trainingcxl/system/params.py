@@ -115,10 +115,11 @@ PARAMS: dict[str, Param] = {p.name: p for p in _P}
 
 # device clock scenarios
 CLOCKS: dict[str, Param] = {
-    "fpga": Param("clock_hz", 37.1e6, "Hz", "measured",
-                  "docs/fpga.md: Fmax of the LOOKUP slice with the DCOH (gather + DCOH + media "
-                  "port) on LFE5UM5G-85F speed 8, `make synth` seed 1; the full device has no "
-                  "measured Fmax yet, and adds logic, so this is an optimistic FPGA figure",
+    "fpga": Param("clock_hz", 24.3e6, "Hz", "measured",
+                  "docs/fpga.md (Status with the full device): nextpnr's estimated Fmax after "
+                  "placement of the full device, `fpga-ecp5` configuration, on LFE5UM5G-85F "
+                  "speed 8 (measured 2026-12-02 at 6e61ae9, before the media port's register "
+                  "slice); routing did not finish, so no routed Fmax is measured",
                   sensitivity=False),
     "fpga-target": Param("clock_hz", 100e6, "Hz", "spec",
                          "docs/fpga.md: the FPGA timing target (100 MHz, not met)",

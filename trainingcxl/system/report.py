@@ -46,12 +46,14 @@ def param_table() -> str:
 
 
 def validation_table(rows) -> str:
-    out = ["| point | set | command | latency | dim | bags x pooling | distinct | snapshot B | "
-           "RTL cycles | predicted | error |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = ["| point | set | command | latency | dim | bags x pooling | rows | distinct | "
+           "snapshot B | RTL cycles | predicted | error |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['point']} | {r['role']} | {r['command']} | {r['latency']} | {r['dim']} | "
-                   f"{r['n_bags']} x {r['pooling']} | {r['distinct']} | {r['snap_bytes']} | "
-                   f"{r['measured']:.0f} | {r['predicted']:.0f} | {r['error']:+.1%} |")
+                   f"{r['n_bags']} x {r['pooling']} | {r['rows_desc']} | {r['distinct']} | "
+                   f"{r['snap_bytes']} | {r['measured']:.0f} | {r['predicted']:.0f} | "
+                   f"{r['error']:+.1%} |")
     return "\n".join(out)
 
 
@@ -235,9 +237,11 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
 
     md = []
     md.append("# TrainingCXL system model\n")
+    runs = "".join(f"; points {a['points'][0]}-{a['points'][-1]} added with `{a['command']}` "
+                   f"on {a['date']}, git {a['git_commit'][:10]}" for a in doc.get("appended", []))
     md.append("One DLRM training step per system, device time from cycle formulas fitted to RTL "
               "measurements (`trainingcxl/system/data/rtl_cycles.json`, measured with "
-              f"`{doc['command']}` on {doc['date']}, git {doc['git_commit'][:10]}), every "
+              f"`{doc['command']}` on {doc['date']}, git {doc['git_commit'][:10]}{runs}), every "
               "other parameter from the table at the end. docs/system.md explains the model.\n")
     md.append("## Headline against the paper\n")
     md.append("Paper (Kwon et al., IEEE Micro 2023, arXiv:2301.07492): **5.2x** training "
@@ -260,10 +264,13 @@ def write_report(workloads, out: pathlib.Path, *, clocks=("fpga", "asic"), prima
     md.append("")
     md.append("## Validation of the cycle formulas on held-out RTL runs\n")
     errs = [abs(r["error"]) for r in val]
-    nb = sum(1 for r in val if r["role"] == "blind") // 4
+    per_set = "; ".join(
+        f"`{role}` {sum(1 for r in val if r['role'] == role) // 4} points, worst "
+        f"{max(abs(r['error']) for r in val if r['role'] == role):.1%}"
+        for role in cycles.VALIDATION_ROLES if any(r["role"] == role for r in val))
     md.append(f"Fitted on {len(fitrows) // 4} RTL points, validated on {len(val) // 4} points "
-              f"the fit never saw ({nb} of them, `blind`, measured after the formula forms were "
-              f"fixed): worst |error| **{max(errs):.1%}**, mean {sum(errs) / len(errs):.1%}, "
+              f"the fit never saw ({per_set}; docs/system.md says when each set was chosen): "
+              f"worst |error| **{max(errs):.1%}**, mean {sum(errs) / len(errs):.1%}, "
               f"{sum(e <= 0.05 for e in errs)} of {len(errs)} within ±5 % (target ±5 %). Fit "
               f"points: worst |error| {max(abs(r['error']) for r in fitrows):.1%}.\n")
     md.append(validation_table(val) + "\n")

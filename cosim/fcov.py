@@ -2,7 +2,8 @@
 
 Off unless ``TRAININGCXL_FCOV=<dir>`` is set (``trainingcxl coverage`` sets it): then the
 coherence scoreboard and the device driver call the ``sample_*`` functions below at transaction
-level (one call per M2S message, BISnp, finished Req or completion record, never per cycle),
+level (one call per M2S message, BISnp, finished Req, completion record, doorbell or end of a
+CPL_HEAD wait, never per cycle),
 and :func:`write` exports the bins of this simulator process to ``<dir>/<pid>.json``
 (``trainingcxl.coverage.functional`` merges the files). When off, every function returns at
 once and cocotb-coverage is not imported.

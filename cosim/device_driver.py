@@ -111,6 +111,7 @@ class DeviceDriver:
         self.ring_base = self.cpl_base = None
         self.ring_size = 0
         self.tail = 0
+        self.head = 0            # CPL_HEAD as last read (0 after a reset or ring configuration)
         self.cycles_waited = 0
         self.actions = None      # cosim.trace.action_log.ActionLog while a trace is recorded
         # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
@@ -184,7 +185,7 @@ class DeviceDriver:
             if not ready.value:
                 raise DriverError("DCOH not ready 100000 cycles after reset")
         self.ring_base = self.cpl_base = None
-        self.ring_size = self.tail = 0
+        self.ring_size = self.tail = self.head = 0
         if self.via_host:
             self.new_host()
 
@@ -332,9 +333,14 @@ class DeviceDriver:
         await self.write64("CPL_BASE", cpl_base)
         if self.use_irq and getattr(self.dut, "irq", None) is not None:
             await self.write("IRQ_ENABLE", self.IRQ_CPL)
-        self.ring_base, self.ring_size, self.cpl_base = ring_base, ring_size, cpl_base
-        self.tail = 0
+        self.set_ring(ring_base, ring_size, cpl_base)
         self._phase("configure", t0)
+
+    def set_ring(self, ring_base: int, ring_size: int, cpl_base: int):
+        """The ring the device was just configured with (an idle ring's configuration resets
+        its head and tail to 0), for a bench that wrote the ring CSRs itself."""
+        self.ring_base, self.ring_size, self.cpl_base = ring_base, ring_size, cpl_base
+        self.tail = self.head = 0
 
     # ------------------------------------------------------------------ data
     def write_staging(self, chunks):
@@ -412,14 +418,7 @@ class DeviceDriver:
         self._phase("write_descs", t0)
         t0 = self.pmem.cycle
         new_tail = (self.tail + n) % size
-        if hasattr(self.csr, "write_read"):          # the compiled master: one job
-            got = await self.csr.write_read("CMD_TAIL", new_tail)
-        else:
-            await self.write("CMD_TAIL", new_tail)
-            got = await self.read("CMD_TAIL")
-        if got != new_tail:
-            raise DriverError(f"doorbell {new_tail} refused: {await self.error_state()}")
-        self.tail = new_tail
+        await self.doorbell(new_tail)
         detach = self.detach_while_waiting and self.via_host
         if detach:
             self.detach_host()
@@ -428,8 +427,39 @@ class DeviceDriver:
             self.attach_host()
         self._phase("execute", t0)
         t0 = self.pmem.cycle
-        recs = await self.read_lines([self.cpl_base + CPL_BYTES * s for s in slots])
+        cpls = await self.completions(slots)
         self._phase("read_cpls", t0)
+        return cpls
+
+    async def doorbell(self, new_tail: int, *, read_back: bool = True):
+        """Write CMD_TAIL = ``new_tail`` (the descriptors are in the ring already). With
+        ``read_back``, read CMD_TAIL back and raise :class:`DriverError` if the device refused
+        it; without, the caller knows it is accepted (a bench that checks the CSRs later).
+        Samples ``cmd.ring`` (cosim/fcov.py) when functional coverage is on: if descriptors
+        may still be outstanding, that costs one CPL_HEAD read after the doorbell."""
+        old_tail = self.tail
+        if not read_back:
+            await self.write("CMD_TAIL", new_tail)
+        else:
+            if hasattr(self.csr, "write_read"):          # the compiled master: one job
+                got = await self.csr.write_read("CMD_TAIL", new_tail)
+            else:
+                await self.write("CMD_TAIL", new_tail)
+                got = await self.read("CMD_TAIL")
+            if got != new_tail:
+                raise DriverError(f"doorbell {new_tail} refused: {await self.error_state()}")
+        self.tail = new_tail
+        if fcov.enabled() and self.ring_size:
+            size = self.ring_size
+            if (old_tail - self.head) % size:
+                self.head = await self.read("CPL_HEAD")
+            fcov.sample_doorbell(size, old_tail, new_tail, (old_tail - self.head) % size)
+            fcov.write()
+
+    async def completions(self, slots) -> list:
+        """Read and decode the completion records of ring ``slots`` (``CPL_FIELDS`` dicts,
+        ``status`` as int); samples ``cmd.cpl`` when functional coverage is on."""
+        recs = await self.read_lines([self.cpl_base + CPL_BYTES * s for s in slots])
         cpls = [unpack_fields(CPL_FIELDS, r) for r in recs]
         if fcov.enabled():
             for c in cpls:
@@ -452,6 +482,7 @@ class DeviceDriver:
             if not matched:
                 raise await self._head_timeout(target, self.pmem.cycle - t0)
             self.cycles_waited += self.pmem.cycle - t0
+            self._head_reached(target)
             return
         while True:
             if irq is not None:
@@ -468,6 +499,13 @@ class DeviceDriver:
             else:
                 await ClockCycles(self.clock, self.poll)
         self.cycles_waited += self.pmem.cycle - t0
+        self._head_reached(target)
+
+    def _head_reached(self, head: int):
+        if fcov.enabled() and self.ring_size:
+            fcov.sample_wait(self.ring_size, self.head, head, self.tail)
+            fcov.write()
+        self.head = head
 
     async def _head_timeout(self, target: int, waited: int) -> DriverError:
         return DriverError(f"CPL_HEAD did not reach {target} in {waited} cycles (CMD_HEAD "

@@ -2,7 +2,8 @@
 
 Off unless ``TRAININGCXL_FCOV=<dir>`` is set (``trainingcxl coverage`` sets it): then the
 coherence scoreboard and the device driver call the ``sample_*`` functions below at transaction
-level (one call per M2S message, BISnp, finished Req or completion record, never per cycle),
+level (one call per M2S message, BISnp, finished Req, completion record, doorbell or end of a
+CPL_HEAD wait, never per cycle),
 and :func:`write` exports the bins of this simulator process to ``<dir>/<pid>.json``
 (``trainingcxl.coverage.functional`` merges the files). When off, every function returns at
 once and cocotb-coverage is not imported.
@@ -22,6 +23,25 @@ Coverage items (bins are listed in full by :func:`bins`):
 - ``dcoh.bisnp``: BISnp opcode; ``dcoh.birsp``: BIRsp opcode.
 - ``cmd.cpl``: descriptor kind × completion status (``hw.encodings.DeviceError``) of every
   completion record the driver reads; the CSR-only codes are not bins.
+- ``cmd.ring``: command/completion ring states seen by the device driver at its doorbells
+  (accepted CMD_TAIL writes) and at the end of its waits for CPL_HEAD (docs/training.md
+  section 3; ``size`` = CMD_SIZE, ``n`` = descriptors the doorbell adds). "Outstanding" counts
+  the descriptors rung and not completed as of the driver's last CPL_HEAD read (0 after a
+  reset or a ring configuration); it can only overstate, so when it is not 0 the driver reads
+  CPL_HEAD once more right after the doorbell and counts from that value (a lower bound, so
+  ``busy`` and ``full`` are never hit by a stale count). Bins (:data:`RING_BINS`):
+  ``idle``: a doorbell onto an empty ring (the device had drained it);
+  ``busy``: a doorbell while earlier descriptors were still outstanding (appending to a
+  non-empty ring);
+  ``wrap``: a doorbell whose descriptors run past the ring's last slot into slot 0
+  (old tail + n > size);
+  ``tail_zero``: a doorbell whose descriptors end in the last slot, so CMD_TAIL is written 0
+  (old tail + n == size);
+  ``full``: a doorbell that leaves ``size - 1`` descriptors outstanding (the ring's capacity);
+  ``drained``: a wait that ended with CPL_HEAD equal to CMD_TAIL (every descriptor rung has
+  completed: the device found the ring empty);
+  ``cpl_wrap``: a wait that ended with CPL_HEAD having passed the completion ring's last slot
+  since the driver's previous CPL_HEAD read (previous head + completions >= size).
 """
 from __future__ import annotations
 
@@ -35,7 +55,8 @@ from hw.cxl_encodings import (BIRspOpcode, BISnpOpcode, MetaField, MetaValue, Re
 from hw.encodings import DescKind, DeviceError
 
 __all__ = ["FCOV_ENV", "enabled", "bins", "req_combo", "rwd_combo", "sample_req",
-           "sample_rwd", "sample_bisnp", "sample_birsp", "sample_cpl", "write"]
+           "sample_rwd", "sample_bisnp", "sample_birsp", "sample_cpl", "ring_doorbell_bins",
+           "ring_wait_bins", "sample_doorbell", "sample_wait", "write"]
 
 FCOV_ENV = "TRAININGCXL_FCOV"
 
@@ -74,6 +95,7 @@ DESC_KINDS = tuple(k.name for k in DescKind) + ("unknown",)
 CSR_ONLY = ("RING_OVERFLOW", "DOORBELL_RANGE", "RING_CONFIG", "CSR_RO", "CSR_ADDR", "NOT_READY",
             "CSR_BUSY")
 CPL_CODES = tuple(c.name for c in DeviceError if c.name not in CSR_ONLY)
+RING_BINS = ("idle", "busy", "wrap", "tail_zero", "full", "drained", "cpl_wrap")
 
 
 def may_take_victim(combo: str | None, sf: str, bisnp_opcode) -> bool:
@@ -113,6 +135,7 @@ def bins() -> dict:
         "dcoh.bisnp": [o.name for o in BISnpOpcode],
         "dcoh.birsp": [o.name for o in BIRspOpcode],
         "cmd.cpl": [f"{k}|{c}" for k in DESC_KINDS for c in CPL_CODES],
+        "cmd.ring": list(RING_BINS),
     }
 
 
@@ -166,6 +189,42 @@ def sample_birsp(opcode):
 def sample_cpl(kind, status):
     k = DescKind(kind).name if kind in DescKind._value2member_map_ else "unknown"
     _sample("cmd.cpl", f"{k}|{_n(DeviceError, status)}")
+
+
+def ring_doorbell_bins(size: int, old_tail: int, new_tail: int, outstanding: int) -> list:
+    """``cmd.ring`` bins of an accepted doorbell from ``old_tail`` to ``new_tail`` on a ring of
+    ``size`` with ``outstanding`` descriptors not yet completed before it."""
+    n = (new_tail - old_tail) % size
+    if n == 0:
+        return []
+    out = ["busy" if outstanding else "idle"]
+    if old_tail + n > size:
+        out.append("wrap")
+    elif old_tail + n == size:
+        out.append("tail_zero")
+    if outstanding + n == size - 1:
+        out.append("full")
+    return out
+
+
+def ring_wait_bins(size: int, prev_head: int, head: int, tail: int) -> list:
+    """``cmd.ring`` bins of a wait that ended with CPL_HEAD = ``head`` (``prev_head`` the
+    driver's previous read, ``tail`` the last accepted doorbell)."""
+    out = ["drained"] if head == tail else []
+    done = (head - prev_head) % size
+    if done and prev_head + done >= size:
+        out.append("cpl_wrap")
+    return out
+
+
+def sample_doorbell(size: int, old_tail: int, new_tail: int, outstanding: int):
+    for label in ring_doorbell_bins(size, old_tail, new_tail, outstanding):
+        _sample("cmd.ring", label)
+
+
+def sample_wait(size: int, prev_head: int, head: int, tail: int):
+    for label in ring_wait_bins(size, prev_head, head, tail):
+        _sample("cmd.ring", label)
 
 
 def write():

@@ -179,8 +179,7 @@ class DeviceTB:
         await self.drv.write64("CMD_BASE", cmd_base)
         await self.drv.write("CMD_SIZE", size)
         await self.drv.write64("CPL_BASE", cpl_base)
-        self.drv.ring_base, self.drv.ring_size, self.drv.cpl_base = cmd_base, size, cpl_base
-        self.drv.tail = 0
+        self.drv.set_ring(cmd_base, size, cpl_base)
         assert self.model.configure_ring(cmd_base, size, cpl_base) == E.OK
         if self.model._ring_config_error() is None:
             self.cpl_areas.append((cpl_base, size))
@@ -226,9 +225,8 @@ class DeviceTB:
         await drv._write_lines([(drv.ring_base + DESC_BYTES * s, d) for s, d in zip(slots, descs)])
         tail = self._model_ring(descs)
         assert tail == (drv.tail + len(descs)) % size
-        await drv.write("CMD_TAIL", tail)
         assert self.model.doorbell(tail) == E.OK
-        drv.tail = tail
+        await drv.doorbell(tail, read_back=False)       # accepted: the model says so
         return tail
 
     async def finish(self, what="") -> list:
@@ -239,8 +237,7 @@ class DeviceTB:
         want = self.model.process()
         await drv.wait_head(drv.tail)
         slots = [(first + i) % drv.ring_size for i in range(n)]
-        recs = await drv._read_lines([drv.cpl_base + CPL_BYTES * s for s in slots])
-        got = [unpack_fields(CPL_FIELDS, r) for r in recs]
+        got = await drv.completions(slots)
         self.compare_cpls(want, got, what)
         return got
 

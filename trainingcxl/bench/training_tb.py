@@ -175,6 +175,7 @@ class TrainingBench:
         t = self.cycle()
         if await self.drv.read("CMD_TAIL") != v:
             raise AssertionError(f"doorbell {v} refused: {await self.drv.error_state()}")
+        self.drv.tail = v        # the driver's ring state (functional coverage of its waits)
         return t
 
     def _desc(self, kind, flags, pt: Point, batch: int):

@@ -383,7 +383,7 @@ class _DeviceFuzz:
             else:
                 cpl = (cpl & 0xFFFF_FFFF) | (_merge(cpl >> 32, value, strb) << 32)
             assert m.configure_ring(cmd, size, cpl) == E.OK        # idle between rounds
-            drv.ring_base, drv.ring_size, drv.cpl_base, drv.tail = cmd, size, cpl, 0
+            drv.set_ring(cmd, size, cpl)
         elif name.startswith("TABLE"):
             t = int(name[5])
             base, rows, dim = m.tables[t]

@@ -16,8 +16,9 @@ processor's width checks before the engine checks (completions also checked agai
 contract's expected status/value); the interrupt line.
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
-136-slot log runs it in tests/cosim/crash/test_crash.py::test_crash_extended_log_full_smoke)
-and ``MEDIA`` (media faults: tests/cosim/media).
+136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
+tests/cosim/crash/test_crash.py::test_crash_extended_log_full_smoke) and ``MEDIA`` (media
+faults: tests/cosim/media).
 
 Pytest launcher (end of file): Device-top cosim tier: the full TrainingCXL device under Verilator against the golden model
 (above): training batches (LOOKUP+LOG, UPDATE, COMMIT, recovery) with PMEM

@@ -15,14 +15,15 @@ port (the fpga-ecp5 width, a line is a 4-beat burst) on which the poison tests r
 Sizes are smoke sizes (``DcohParams.messages`` host messages per random test);
 ``trainingcxl stress`` runs long.
 """
+import itertools
 from dataclasses import dataclass
 
 import cocotb
 import pytest
 from cocotb.triggers import ClockCycles
 
-from cosim import build as cb, params
-from cosim.cxl_host import HostKnobs
+from cosim import build as cb, fcov, params
+from cosim.cxl_host import ALL_BE, HostKnobs, fast_getter
 from cosim.tb.config import BenchConfig
 from cosim.tb.dcoh import DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
@@ -349,6 +350,89 @@ async def poison_many_lines(dut):
     await tb.finish()
 
 
+class _AwUser:
+    """The AWUSER (poison) bit of every media write burst, by line in order (sampled once per
+    burst when its valid rises, as DcohTB's media monitor samples AW)."""
+
+    def __init__(self, tb):
+        d = tb.dut
+        self._get = [fast_getter(x) for x in (d.m_axi__awvalid, d.m_axi__awready,
+                                              d.m_axi__awaddr, d.m_axi__awuser)]
+        self._busy = False
+        self.by_line: dict[int, list] = {}
+        tb.chans.every_cycle.append(self)
+
+    def __call__(self, cycle):
+        valid, ready, addr, user = self._get
+        if valid() == "1":
+            if not self._busy:
+                self.by_line.setdefault(int(addr(), 2) >> 6, []).append(int(user(), 2))
+            self._busy = ready() != "1"
+        else:
+            self._busy = False
+
+
+# How the host comes to send each poisoned write kind: ("uc", Meta) an uncached write from I
+# (Meta0 I or No-Op); ("wb", keep) the writeback of a line it read poisoned and stored part of
+# (keep I: Meta0 I, E: Meta0 A, S: Meta0 S, noop: No-Op); each as MemWr and as MemWrPtl
+POISON_CASES = (("uc", "I"), ("uc", "noop"), ("wb", "I"), ("wb", "E"), ("wb", "S"),
+                ("wb", "noop"))
+
+
+def _partial_be(r):
+    return (r.getrandbits(64) & ~(1 << r.randrange(64))) or 1
+
+
+@cocotb.test(skip=not (MAIN or SMALL))
+async def poisoned_write_of_each_kind(dut):
+    """Every host write kind with poison, MemWr and MemWrPtl × Meta0 I, A, S and No-Op (the
+    dcoh.rwd poison bins, all 8 sent): each is answered Cmp as the reference says (host model)
+    with no err pulse (scoreboard), its media burst carries AWUSER 1 (one burst per host
+    write), its bytes land, and the line then reads poisoned (host MemData poison 1, device
+    read err 1, the PMEM model's bit, the value checker's rule) until a full-line clean device
+    write clears it. A writeback carries poison because the host read the line poisoned (after
+    an uncached poisoned MemWr) and stored only part of it, as a cache keeps a poisoned line."""
+    tb = _calm_tb(dut)
+    await tb.reset()
+    aw = _AwUser(tb)
+    r = tb.core.rng
+    sent = set()
+    for i, ((how, meta), full) in enumerate(itertools.product(POISON_CASES, (True, False))):
+        line = tb.line("staging" if i % 2 else "table", 300 + i)
+        if how == "uc":
+            data, be = r.randbytes(64), ALL_BE if full else _partial_be(r)
+            old = tb.mem_line(line)
+            want = bytes(data[k] if be >> k & 1 else old[k] for k in range(64))
+            t = await tb.host.write(line, data, be, meta=meta, poison=1)
+            n_wr = 1
+        else:
+            await tb.host.write(line, r.randbytes(64), poison=1)
+            rd = await tb.host.read(line, "own")
+            assert rd.drs["poison"] == 1 and tb.core.lines[line].poison
+            tb.host.store(line, r.randbytes(64), _partial_be(r))
+            ln = tb.core.lines[line]
+            want = ln.data
+            t = await tb.host.writeback(line, meta, be=ALL_BE if full else ln.dirty)
+            n_wr = 2
+            if tb.core.state(line) != "I":
+                await tb.host.evict(line)                       # MemClnEvct
+        h = t.payload["hdr"]
+        label = fcov.rwd_combo(h["opcode"], h["meta_field"], h["meta_value"], h["poison"])
+        case = f"{how}/{meta}/{'full' if full else 'partial'} ({label}, line {line:#x})"
+        assert h["poison"] == 1 and (h["opcode"] == RW.MEM_WR) == full, case
+        sent.add(label)
+        assert t.ndr["opcode"] == ND.CMP, case
+        assert aw.by_line.get(line) == [1] * n_wr, f"{case}: media AWUSER {aw.by_line.get(line)}"
+        assert tb.mem_line(line) == want, f"{case}: media data"
+        await _expect_poison(tb, line, True)
+        clean = r.randbytes(64)
+        await tb.dev.write(line, clean)
+        assert aw.by_line[line][-1] == 0, f"{case}: device write with AWUSER 1"
+        await _expect_poison(tb, line, False, clean)
+    assert sent == {b for b in fcov.bins()["dcoh.rwd"] if b.endswith("poison1")}, sent
+    await tb.finish()
+
+
 @cocotb.test(skip=not MAIN)
 async def partial_writes(dut):
     """MemWrPtl from I with sparse byte enables, device partial writes in between, host
@@ -492,4 +576,4 @@ def test_dcoh_cosim(dcoh_build, seed, tmp_path):
     name, cfg, b = dcoh_build
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path,
                  params=DcohParams(bench=BenchConfig(cfg), set=name, messages=1500))
-    assert res.n_ran >= {"small": 7}.get(name, 8), res   # small: 5 tests + the 2 poison tests
+    assert res.n_ran >= {"small": 8}.get(name, 9), res   # small: 5 tests + the 3 poison tests

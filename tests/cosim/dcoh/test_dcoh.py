@@ -172,6 +172,61 @@ async def late_conflict(dut, conflict_tag):
     await tb.finish()
 
 
+# Req kinds that can be pending when a BISnp arrives (all but MemSpecRd), with the setup
+# (SETUPS) each is issued from here so that the snoop filter tracks the line; late: whether a
+# late conflict is possible (the Req leaves the line tracked, so a BISnp can follow its
+# service; the others leave SF I and only conflict early)
+CONFLICT_KINDS = {
+    "rd_shared": ("S/I", True), "rd_own": ("S/S", True), "rd_data": ("S/I", True),
+    "rd_cur": ("S/S", True), "inv_own": ("S/S", True), "invnt_own": ("S/S", True),
+    "inv_flush": ("S/S", False), "invnt_flush": ("S/S", False), "cln_evct": ("S/S", False),
+}
+
+
+@cocotb.test(skip=not MAIN)
+async def conflict_with_each_request_kind(dut):
+    """A device write snoops a line while the host has a Req of each kind pending to it (the
+    dcoh.conflict_req bins), and the host classifies the first conflict as intended:
+    early: the Req held back 60 cycles on m2s_req, so the BIConflict overtakes it and the Ack
+    comes first, and the host's BIRsp held back 120 cycles, so the Req reaches the DCOH while
+    the BISnp is outstanding and must wait for it (rule 5); a second, late conflict follows
+    when the parked Req wins the line before the device write's re-check.
+    late (for the Reqs after which the snoop filter still tracks the line): the Req served
+    while s2m_ndr is held, so the Ack queues behind its Cmp (rule 6).
+    Answers are checked against the reference and rules 5/6 by the host model and the
+    scoreboard, every read against the writes by the value checker."""
+    tb = _calm_tb(dut)
+    await tb.reset()
+    seen = []                   # (line, late) of every BIConflict, as the host classified it
+
+    class _Conflicts:
+        def on_conflict(self, c, cycle):
+            seen.append((c.line, c.late))
+    tb.core.observers.append(_Conflicts())
+    idx = 0
+    for kind, (setup, can_be_late) in CONFLICT_KINDS.items():
+        for late in (False, True) if can_be_late else (False,):
+            line = tb.line("table", 400 + idx)
+            idx += 1
+            await _setup(tb, line, setup)
+            if late:
+                tb.chans.hold("s2m_ndr", 200)
+                t = await tb.host.request(kind, line, wait=False, delay=0)
+                await ClockCycles(dut.clk, tb.latency + 40)      # served, Cmp held
+            else:
+                # the BIRsp held past the Req's arrival: the Req must wait for it (rule 5)
+                tb.chans.hold("m2s_birsp", 120)
+                t = await tb.host.request(kind, line, wait=False, delay=60)
+            w = tb.dev.submit("wr", line, bytes([idx]) * 64)
+            await tb.dev.wait(w)
+            await tb.host.wait_txn(t)
+            got = [x for a, x in seen if a == line]
+            assert got and got[0] == late, \
+                f"{kind} from {setup}, {'late' if late else 'early'}: conflicts (late?) {got}"
+    dut._log.info(f"{idx} conflict cases")
+    await tb.finish()
+
+
 @cocotb.test(skip=not MAIN)
 async def device_write_after_device_read_of_same_line(dut):
     """Device RdCur of X (completes), host MemRd(A) of X, device write of X: the write needs a

@@ -186,6 +186,12 @@ class CoherenceScoreboard:
         if getattr(e, "media_write", False):
             self._host_wr[txn.line] -= 1
 
+    def on_conflict(self, c, cycle):
+        if self._fcov:
+            h = c.req.payload["hdr"]
+            fcov.sample_conflict(c.late, fcov.req_combo(h["opcode"], h["snp_type"],
+                                                        h["meta_field"], h["meta_value"]))
+
     def on_m2s(self, channel, payload, cycle, obj):
         h = payload["hdr"]
         if channel == "m2s_req":

@@ -2,11 +2,10 @@
 
 Off unless ``TRAININGCXL_FCOV=<dir>`` is set (``trainingcxl coverage`` sets it): then the
 coherence scoreboard and the device driver call the ``sample_*`` functions below at transaction
-level (one call per M2S message, BISnp, finished Req, completion record, doorbell or end of a
-CPL_HEAD wait, never per cycle),
-and :func:`write` exports the bins of this simulator process to ``<dir>/<pid>.json``
-(``trainingcxl.coverage.functional`` merges the files). When off, every function returns at
-once and cocotb-coverage is not imported.
+level (one call per M2S message, BISnp, finished Req, BI-ConflictAck, completion record,
+doorbell or end of a CPL_HEAD wait, never per cycle), and :func:`write` exports the bins of this
+simulator process to ``<dir>/<pid>.json`` (``trainingcxl.coverage.functional`` merges the
+files). When off, every function returns at once and cocotb-coverage is not imported.
 
 Coverage items (bins are listed in full by :func:`bins`):
 
@@ -20,6 +19,11 @@ Coverage items (bins are listed in full by :func:`bins`):
   missed is open. A device write or RdOwn snooping such a line in that window counts too, so
   ``victim`` is an upper bound; Reqs that never allocate (:data:`NO_ALLOC`) are never marked.
 - ``dcoh.rwd``: RwD opcode × MetaField-MetaValue × poison (BIConflict one bin).
+- ``dcoh.conflict``: BIConflicts by the host model's classification when its BI-ConflictAck
+  arrives (``cosim.cxl_host``, the ``late``/``early`` counts of ``trainingcxl stress``):
+  ``late``, the conflicting Req was already answered (its Cmp came before the Ack), or
+  ``early``, it was not. ``dcoh.conflict_req``: the same × the legal-Req bin label of that Req
+  (only :data:`CONFLICT_REQS`: MemSpecRd is never pending, so never conflicts).
 - ``dcoh.bisnp``: BISnp opcode; ``dcoh.birsp``: BIRsp opcode.
 - ``cmd.cpl``: descriptor kind × completion status (``hw.encodings.DeviceError``) of every
   completion record the driver reads; the CSR-only codes are not bins.
@@ -55,8 +59,8 @@ from hw.cxl_encodings import (BIRspOpcode, BISnpOpcode, MetaField, MetaValue, Re
 from hw.encodings import DescKind, DeviceError
 
 __all__ = ["FCOV_ENV", "enabled", "bins", "req_combo", "rwd_combo", "sample_req",
-           "sample_rwd", "sample_bisnp", "sample_birsp", "sample_cpl", "ring_doorbell_bins",
-           "ring_wait_bins", "sample_doorbell", "sample_wait", "write"]
+           "sample_rwd", "sample_conflict", "sample_bisnp", "sample_birsp", "sample_cpl",
+           "ring_doorbell_bins", "ring_wait_bins", "sample_doorbell", "sample_wait", "write"]
 
 FCOV_ENV = "TRAININGCXL_FCOV"
 
@@ -90,6 +94,8 @@ SF_STATES = ("I", "S", "A")
 # "I" or untracked): they never allocate an entry, so never need a victim.
 NO_ALLOC = ("MEM_RD/SNP_CUR/noop", "MEM_INV/SNP_INV/I", "MEM_INV_NT/SNP_INV/I",
             "MEM_CLN_EVCT/NO_OP/I", "MEM_SPEC_RD/*/*")
+# Legal Reqs that can meet a BISnp while pending: all but MemSpecRd (a hint, no transaction)
+CONFLICT_REQS = tuple("/".join(c) for c in REQ_COMBOS if c[0] != "MEM_SPEC_RD")
 DESC_KINDS = tuple(k.name for k in DescKind) + ("unknown",)
 # codes that only the ERR_CODE CSR reports (doorbell and CSR errors), never a completion record
 CSR_ONLY = ("RING_OVERFLOW", "DOORBELL_RANGE", "RING_CONFIG", "CSR_RO", "CSR_ADDR", "NOT_READY",
@@ -132,6 +138,8 @@ def bins() -> dict:
     return {
         "dcoh.req": req,
         "dcoh.rwd": rwd,
+        "dcoh.conflict": ["early", "late"],
+        "dcoh.conflict_req": [f"{t}|{c}" for t in ("early", "late") for c in CONFLICT_REQS],
         "dcoh.bisnp": [o.name for o in BISnpOpcode],
         "dcoh.birsp": [o.name for o in BIRspOpcode],
         "cmd.cpl": [f"{k}|{c}" for k in DESC_KINDS for c in CPL_CODES],
@@ -176,6 +184,16 @@ def sample_req(combo: str | None, sf: str, victim: bool):
 
 def sample_rwd(opcode, meta_field, meta_value, poison):
     _sample("dcoh.rwd", rwd_combo(opcode, meta_field, meta_value, poison))
+
+
+def sample_conflict(late: bool, combo: str | None):
+    """A BIConflict whose BI-ConflictAck arrived: ``late`` as the host model classified it,
+    ``combo`` the :func:`req_combo` of the Req it conflicted with (None: not a legal Req; only
+    ``dcoh.conflict`` is sampled)."""
+    when = "late" if late else "early"
+    _sample("dcoh.conflict", when)
+    if combo is not None:
+        _sample("dcoh.conflict_req", f"{when}|{combo}")
 
 
 def sample_bisnp(opcode):

@@ -34,7 +34,8 @@ class HostCore(HostRequests, HostResponses, HostSnoops):
     first violation instead of only recording it in :attr:`violations`.
     ``observers``: objects notified of host events (``cosim.coherence_check``): any of
     ``on_state(line, old, new, cycle)``, ``on_txn_issue(txn, cycle)``,
-    ``on_txn_done(txn, cycle)``.
+    ``on_txn_done(txn, cycle)``, ``on_conflict(conflict, cycle)`` (a BI-ConflictAck arrived;
+    ``conflict.late`` says how it was classified).
     """
 
     def __init__(self, cfg, *, seed: int, lines=(), knobs: HostKnobs | None = None,

@@ -175,6 +175,7 @@ class HostSnoops:
             # late conflict: the Req was served before the BIConflict was processed
             c.late = True
             self.stats["late_conflicts"] += 1
+            self._notify("on_conflict", c, cycle)
             if req.done:
                 self._answer_snoop(ln, sn) if ln.pending is None else self._process_snoop(sn)
             else:
@@ -182,6 +183,7 @@ class HostSnoops:
             return
         c.late = False
         self.stats["early_conflicts"] += 1
+        self._notify("on_conflict", c, cycle)
         if req.drs is not None:
             self.violation("rule6", f"MemData for {req.describe()} arrived before the "
                            f"BI-ConflictAck but its Cmp after it: the Ack passed a queued Cmp",

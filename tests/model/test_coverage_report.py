@@ -117,6 +117,14 @@ def test_functional_merge_counts_reachable_bins_only():
     assert fcov.req_combo(1, 3, 0, 2) == "MEM_RD/SNP_INV/A"
     assert fcov.req_combo(2, 1, 3, 1) == "MEM_RD_DATA/SNP_DATA/*"
     assert fcov.req_combo(1, 0, 0, 2) is None          # MemRd with SnpType No-Op: not legal
+    c = functional.merge([{"dcoh.conflict": {"late": 2},
+                           "dcoh.conflict_req": {"late|MEM_RD/SNP_INV/A": 2}}])["groups"]
+    assert c["dcoh.conflict"]["missed"] == ["early"]
+    cr = c["dcoh.conflict_req"]
+    assert cr["hit"] == 1 and cr["total"] == 2 * len(fcov.CONFLICT_REQS) - 3
+    assert "late|MEM_CLN_EVCT/NO_OP/I" in cr["unreachable"]
+    assert "early|MEM_CLN_EVCT/NO_OP/I" in cr["missed"]
+    assert not any(b.endswith("MEM_SPEC_RD/*/*") for b in fcov.bins()["dcoh.conflict_req"])
 
 
 def test_ring_bins():

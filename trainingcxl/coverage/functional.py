@@ -44,6 +44,14 @@ _BISNP_WHY = ("the DCOH only sends BISnpInv (victims, device writes, device RdOw
 _BIRSP_WHY = ("legal only in answer to BISnpCur or a BISnp*Blk, which the DCOH never sends "
               "(sw_model.coherence.birsp_allowed); only a protocol-error test sends it")
 
+# Legal Reqs after which the snoop filter does not track the line (docs/coherence.md "Legal
+# requests": SF after I)
+_RELEASING_REQS = ("MEM_INV/SNP_INV/I", "MEM_INV_NT/SNP_INV/I", "MEM_CLN_EVCT/NO_OP/I")
+_LATE_WHY = ("a late conflict needs a BISnp sent after the Req was served (a Req waits while a "
+             "BISnp to its line is outstanding), so the snoop filter must still track the line; "
+             "this Req leaves it untracked and the host sends no other Req to the line before "
+             "its Cmp (one per line), so nothing can snoop the line in that window")
+
 
 def unreachable() -> dict:
     """item -> {bin: reason} for the bins the design makes impossible."""
@@ -55,6 +63,8 @@ def unreachable() -> dict:
     for combo in fcov.NO_ALLOC:
         out["dcoh.req"][f"{combo}|I|victim"] = ("the request does not allocate a snoop-filter "
                                                 "entry, so it never evicts a victim")
+    for combo in _RELEASING_REQS:
+        out["dcoh.conflict_req"][f"late|{combo}"] = _LATE_WHY
     for b in ("BISNP_CUR", "BISNP_CUR_BLK", "BISNP_DATA_BLK", "BISNP_INV_BLK"):
         out["dcoh.bisnp"][b] = _BISNP_WHY
     for b in ("BIRSP_E", "BIRSP_I_BLK", "BIRSP_S_BLK", "BIRSP_E_BLK"):

@@ -53,6 +53,32 @@ _LATE_WHY = ("a late conflict needs a BISnp sent after the Req was served (a Req
              "its Cmp (one per line), so nothing can snoop the line in that window")
 
 
+# crash.cut (cosim/fcov.py): writes that cannot be in flight in a phase (docs/training.md)
+_CUT_WHY = {
+    "table": "the device writes table rows only in UPDATE, whose writes are acknowledged before "
+             "its completion is written (training.md 3), and in recovery, which waits for them "
+             "before READY (training.md 6 step 4); the host does not write tables while "
+             "training (training.md 1)",
+    "log": "the only undo-record writes are a LOOKUP's (still in flight after it) and an "
+           "UPDATE's synchronous ones; a COMMIT starts only once every record written so far "
+           "is persistent and an UPDATE's are before its completion (training.md 5); recovery "
+           "only reads the log (training.md 6) and a power cycle drops every write in flight",
+    "slots": "recovery only reads the slots (training.md 9) and no SNAPSHOT can run before "
+             "READY (a doorbell before it is NOT_READY, training.md 3); a power cycle drops "
+             "the copy",
+    "cpl": "a completion write belongs to its descriptor's window: the device waits for its "
+           "write response before it advances CPL_HEAD (training.md 3), and the window ends "
+           "at that response; nothing executes during recovery, and the host only reads the "
+           "completion ring",
+}
+_CUT_UNREACHABLE = {
+    "table": ("none", "LOOKUP", "COMMIT", "SNAPSHOT"),
+    "log": ("COMMIT", "RECOVER"),
+    "slots": ("RECOVER",),
+    "cpl": ("none", "RECOVER"),
+}
+
+
 def unreachable() -> dict:
     """item -> {bin: reason} for the bins the design makes impossible."""
     out = {name: {} for name in fcov.bins()}
@@ -69,6 +95,9 @@ def unreachable() -> dict:
         out["dcoh.bisnp"][b] = _BISNP_WHY
     for b in ("BIRSP_E", "BIRSP_I_BLK", "BIRSP_S_BLK", "BIRSP_E_BLK"):
         out["dcoh.birsp"][b] = _BIRSP_WHY
+    for kind, phases in _CUT_UNREACHABLE.items():
+        for phase in phases:
+            out["crash.cut"][f"{phase}|{kind}"] = _CUT_WHY[kind]
     return out
 
 

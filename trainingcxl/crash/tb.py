@@ -653,6 +653,7 @@ async def crash_campaign(dut):
              "write_latency": tb.write_latency,
              "phase_cycles": tb.reference_phases, "snap_windows": tb.snap_windows,
              "cpl_errors": tb.wl.cpl_errors,
+             **({"phase_windows": tb.phase_windows} if tb.fcov else {}),
              "wall_s": round(time.monotonic() - t0, 3)})
     dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
                   f"{len(points)} points ({spec}), skip {skip}")

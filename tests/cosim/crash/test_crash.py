@@ -51,6 +51,7 @@ def test_crash_cut_coverage(crash_build, seed, tmp_path, monkeypatch):
     those of the same campaign without coverage (the sampler only reads the PMEM model)."""
     cfg, b = crash_build
     kw = dict(points="random:12", seed=seed, cfg=cfg, progress=False, build=b, nested=0.5)
+    monkeypatch.delenv(fcov.FCOV_ENV, raising=False)      # off even in a coverage run
     run_campaign(out=tmp_path / "off", **kw)
     monkeypatch.setenv(fcov.FCOV_ENV, str(tmp_path / "fcov"))
     rep = run_campaign(out=tmp_path / "on", **kw)

@@ -59,10 +59,9 @@ _CUT_WHY = {
              "its completion is written (training.md 3), and in recovery, which waits for them "
              "before READY (training.md 6 step 4); the host does not write tables while "
              "training (training.md 1)",
-    "log": "the only undo-record writes are a LOOKUP's (still in flight after it) and an "
-           "UPDATE's synchronous ones; a COMMIT starts only once every record written so far "
-           "is persistent and an UPDATE's are before its completion (training.md 5); recovery "
-           "only reads the log (training.md 6) and a power cycle drops every write in flight",
+    "log": "undo records are written only by LOOKUP and UPDATE (training.md 5); recovery "
+           "only reads the log (training.md 6), and the power cycle before it drops every "
+           "write in flight",
     "slots": "recovery only reads the slots (training.md 9) and no SNAPSHOT can run before "
              "READY (a doorbell before it is NOT_READY, training.md 3); a power cycle drops "
              "the copy",
@@ -73,7 +72,7 @@ _CUT_WHY = {
 }
 _CUT_UNREACHABLE = {
     "table": ("none", "LOOKUP", "COMMIT", "SNAPSHOT"),
-    "log": ("COMMIT", "RECOVER"),
+    "log": ("RECOVER",),
     "slots": ("RECOVER",),
     "cpl": ("none", "RECOVER"),
 }

@@ -392,6 +392,9 @@ class CrashBench:
         acks = sorted((r.aw_cycle, r.b_cycle) for r in self.pmem.write_log
                       if base <= r.addr < base + size and r.b_cycle is not None)
         doorbells = list(zip([c - t0 for c in self.drv.doorbell_cycles], self.doorbell_kinds))
+        if len(acks) != sum(len(k) for _c, k in doorbells):
+            raise AssertionError(f"reference run: {len(acks)} completion writes acknowledged "
+                                 f"for {sum(len(k) for _c, k in doorbells)} descriptors rung")
         out = fcov.descriptor_windows(doorbells, [b - t0 for _a, b in acks])
         if self.recover_span is not None:
             a, b = self.recover_span

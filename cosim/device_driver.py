@@ -117,6 +117,8 @@ class DeviceDriver:
         # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
         # recover, configure
         self.phase_cycles: dict[str, int] = {}
+        # PMEM cycle at which each doorbell write started (a bench clears it when it wants to)
+        self.doorbell_cycles: list[int] = []
 
     def _phase(self, name: str, t0: int):
         self.phase_cycles[name] = self.phase_cycles.get(name, 0) + self.pmem.cycle - t0
@@ -438,6 +440,7 @@ class DeviceDriver:
         Samples ``cmd.ring`` (cosim/fcov.py) when functional coverage is on: if descriptors
         may still be outstanding, that costs one CPL_HEAD read after the doorbell."""
         old_tail = self.tail
+        self.doorbell_cycles.append(self.pmem.cycle)
         if not read_back:
             await self.write("CMD_TAIL", new_tail)
         else:

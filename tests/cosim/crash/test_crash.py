@@ -11,7 +11,9 @@ import json
 
 import pytest
 
+from cosim import fcov
 from hw.config import CONFIGS
+from trainingcxl.coverage import functional
 from trainingcxl.crash.campaign import EXTENDED_LOG_SIZE, EXTENDED_WORKLOAD, run_campaign
 
 N_POINTS = 20
@@ -38,6 +40,35 @@ def test_crash_smoke(crash_build, seed, tmp_path, capsys):
     assert sum(hist.values()) == N_POINTS and len(hist) >= 2, (hist, seed)
     # the default workload snapshots the MLP: some points recover a snapshot
     assert sum(v for k, v in rep["mlp_histogram"].items() if k != "0:0") >= 1, (rep, seed)
+
+
+@pytest.mark.cosim
+def test_crash_cut_coverage(crash_build, seed, tmp_path, monkeypatch):
+    """With functional coverage on, the campaign samples ``crash.cut`` once per cut (each
+    point's, and each nested failure's cut of a recovery), hits no bin argued unreachable, and
+    its in-flight ``slots`` samples agree with the points' own count of snapshot writes in
+    flight (``snap_writes_in_flight``, taken apart from the sampler). The point records are
+    those of the same campaign without coverage (the sampler only reads the PMEM model)."""
+    cfg, b = crash_build
+    kw = dict(points="random:12", seed=seed, cfg=cfg, progress=False, build=b, nested=0.5)
+    monkeypatch.delenv(fcov.FCOV_ENV, raising=False)      # off even in a coverage run
+    run_campaign(out=tmp_path / "off", **kw)
+    monkeypatch.setenv(fcov.FCOV_ENV, str(tmp_path / "fcov"))
+    rep = run_campaign(out=tmp_path / "on", **kw)
+    assert rep["ok"] and rep["identical"] == 12, (seed, rep["failures"][:2], rep["sim_errors"])
+    recs = {}
+    for name in ("off", "on"):
+        lines = (tmp_path / name / "points.jsonl").read_text().splitlines()
+        recs[name] = [{k: v for k, v in json.loads(line).items()
+                       if "wall" not in k and k != "phase_windows"} for line in lines]
+    assert recs["on"] == recs["off"], seed
+    points = recs["on"][1:]
+    g = functional.merge_dir(tmp_path / "fcov")["groups"]["crash.cut"]
+    assert not g["unreachable_but_hit"], (seed, g["unreachable_but_hit"])
+    cuts = len(points) + sum(1 for r in points if r.get("nested"))
+    assert sum(g["hits"].values()) >= cuts, (seed, g["hits"])
+    slots = sum(n for k, n in g["hits"].items() if k.endswith("|slots"))
+    assert slots == sum(1 for r in points if r["snap_writes_in_flight"] > 0), (seed, g["hits"])
 
 
 @pytest.mark.cosim

@@ -401,12 +401,15 @@ class CrashBench:
             out.insert(0, (a - t0, b - t0, "RECOVER"))
         return out
 
-    def in_flight_kinds(self) -> list:
-        """``crash.cut`` kind of every write the PMEM model holds applied-unacknowledged or
+    def in_flight_addrs(self) -> list:
+        """Start address of every write the PMEM model holds applied-unacknowledged or
         accepted-unapplied (reads its state only, as ``power_fail`` does)."""
-        addrs = [pw.record.addr for pw in self.pmem.unacked]
-        addrs += [aw[1] for aw in self.pmem._aw_waiting]
-        return [fcov.crash_write_kind(self.cfg, a, *self.rings) for a in addrs]
+        return ([pw.record.addr for pw in self.pmem.unacked]
+                + [aw[1] for aw in self.pmem._aw_waiting])
+
+    def in_flight_kinds(self) -> list:
+        """``crash.cut`` kind of every write in flight (:meth:`in_flight_addrs`)."""
+        return [fcov.crash_write_kind(self.cfg, a, *self.rings) for a in self.in_flight_addrs()]
 
     def sample_cut(self, cycle: int, t_start: int) -> str | None:
         """Sample ``crash.cut`` for a cut of the image pass at ``cycle`` (from ``t_start``),
@@ -466,8 +469,7 @@ class CrashBench:
         into the slots region, and slots written but invalid in the crash image (torn)."""
         c = self.cfg
         lo, hi = c.slots_base, c.slots_base + c.slots_size
-        inflight = sum(1 for pw in self.pmem.unacked if lo <= pw.record.addr < hi)
-        inflight += sum(1 for aw in self.pmem._aw_waiting if lo <= aw[1] < hi)
+        inflight = sum(1 for a in self.in_flight_addrs() if lo <= a < hi)
         n = snap_slot_bytes(c)
         torn = 0
         for k in (0, 1):

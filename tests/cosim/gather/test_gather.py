@@ -14,6 +14,7 @@ from dataclasses import replace
 import cocotb
 import numpy as np
 import pytest
+from cocotb.triggers import RisingEdge
 
 from cosim import build as cb
 from cosim.tb.config import BenchConfig
@@ -21,6 +22,7 @@ from cosim.tb.gather import GatherTB
 from hw.config import DeviceConfig
 from hw.encodings import LookupErrorCode as E
 from hw.testtops.lookup_slice import SLICE_NAME, LookupSlice
+from sw_model.memory import LineSnapshot, differing_lines
 
 
 @cocotb.test()
@@ -117,6 +119,11 @@ def _err_cases(tb):
     # indices whose range runs past the staging end: indices_addr near the end, big offsets
     tail = s_end - 64
     past_end = c(indices_addr=tail, n_bags=3)
+    # the same near 4 * 2^32 bytes past the end: the reported value (indices_addr + 4*e) has
+    # bits above 2^34 set (a mutant flipping a low bit of the value by bit 34 survived)
+    far = tb.job(table, np.array([0xFFFF_FF00, 0xFFFF_FF10], np.uint32),
+                 np.zeros(0, np.uint32)).cmd
+    far_past_end = replace(far, indices_addr=tail)
     cases = [
         ("bad dim", c(dim=48), E.BAD_DIM),
         ("dim 0", c(dim=0), E.BAD_DIM),
@@ -130,6 +137,7 @@ def _err_cases(tb):
         ("out past staging", c(out_addr=s_end - 64, n_bags=2), E.ADDR_RANGE),
         ("indices outside staging", c(indices_addr=cfg.table_base), E.ADDR_RANGE),
         ("indices run past staging", past_end, None),
+        ("indices end 16 GiB past staging", far_past_end, E.ADDR_RANGE),
         ("index out of range", bad_idx, E.INDEX_RANGE),
         ("index = rows on row 0 table", c(table_rows=0), E.INDEX_RANGE),
         ("offsets decrease", bad_ord, E.OFFSETS_ORDER),
@@ -175,7 +183,6 @@ async def busy_rises_for_each_command_and_falls_after_its_completion(dut):
     """``busy`` is high while a command runs and low again within 64 cycles of its completion
     (one command at a time). Nothing else reads the port: a mutant holding it high survived
     the LOOKUP benches (docs/verification.md "Mutation testing: hw")."""
-    from cocotb.triggers import RisingEdge
     tb = GatherTB(dut)
     await tb.reset()
     trace = []
@@ -195,6 +202,150 @@ async def busy_rises_for_each_command_and_falls_after_its_completion(dut):
             if not trace[-1]:
                 break
         assert trace[-1] == 0, f"busy still high after command {i} completed (seed {tb.seed})"
+
+
+@cocotb.test()
+async def lookup_check_marker_wins_over_the_index_word_behind_it(dut):
+    """A bag failing check 4 or 5 right after a bag that ends inside an index line: the next
+    word of that line (fetched with the line, here >= table_rows) is not an index of any bag,
+    so the completion is the offsets check's (code, bag, value), never INDEX_RANGE. A mutant
+    that loaded the error marker as a bag reported INDEX_RANGE."""
+    tb = GatherTB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(tb.seed)
+    table = rng.integers(-1000, 1000, size=(20, 16)).astype(np.int32)
+    junk = 0xFFFF_FFFF
+    long_end = 3 + tb.cfg.max_bag + 1
+    for i, (name, offsets, code) in enumerate([
+            ("offsets decrease", [0, 3, 1], E.OFFSETS_ORDER),
+            ("bag too long", [0, 3, long_end], E.BAG_TOO_LONG)]):
+        dut._log.info(f"case: {name}")
+        job = tb.job(table, np.array(offsets, np.uint32),
+                     np.array([4, 5, 6, junk, junk], np.uint32), tag=i)
+        await tb.check(job.cmd, code)
+
+
+@cocotb.test()
+async def lookup_reads_no_index_line_past_its_last_bag(dut):
+    """``n_bags`` = 70 (bit 6 set): the walker stops after bag 69 although the offsets line
+    goes on with words that would open a long valid bag; every media read past the last index
+    line of the command faults, and none may happen (result as the model, no fault injected).
+    A mutant whose walker missed its last bag validated those words, and the index reader
+    prefetched past the list."""
+    tb = GatherTB(dut)
+    await tb.reset()
+    cfg = tb.cfg
+    rng = np.random.default_rng(tb.seed)
+    n_bags, rows, dim = 70, 64, 16
+    table = rng.integers(-1000, 1000, size=(rows, dim)).astype(np.int32)
+    lens = rng.integers(6, 10, n_bags)
+    offsets = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+    end = int(offsets[-1])
+    trap = end + min(cfg.max_bag, 1000)          # a valid bag: length <= max_bag
+    words = np.concatenate([offsets, np.full(16, trap, np.uint32)])   # rest of the line
+    job = tb.job(table, words, rng.integers(0, rows, end).astype(np.uint32))
+    cmd = replace(job.cmd, n_bags=n_bags)       # the trap words are not offsets of the command
+    first_past = -(-(cmd.indices_addr + 4 * end) // 64) * 64
+    tb.pmem.add_fault(op="read", lo=first_past, hi=cmd.indices_addr + 4 * trap + 64,
+                      name="index lines past the list")
+    dut._log.info(f"seed {tb.seed}: index list ends at {cmd.indices_addr + 4 * end:#x}, reads "
+                  f"from {first_past:#x} fault")
+    try:
+        await tb.check(cmd, E.OK)
+    finally:
+        tb.pmem.clear_faults()
+    assert not tb.pmem.faults, (f"index lines past the list were read: {tb.pmem.faults[:4]} "
+                                f"(seed {tb.seed})")
+
+
+@cocotb.test()
+async def lookup_many_empty_bags(dut):
+    """16512 empty bags (n_bags bits 14 and 7 set, above every other test's counts): every
+    output line written with zeros, ``out_lines`` = n_bags, as the model. A mutant that
+    compared the bag count with bit 7 flipped by bit 14 completed 128 bags early."""
+    tb = GatherTB(dut)
+    await tb.reset()
+    n_bags = (1 << 14) + (1 << 7)
+    table = np.ones((4, 16), np.int32)
+    job = tb.job(table, np.zeros(n_bags + 1, np.uint32), np.zeros(0, np.uint32))
+    got = await tb.check(job.cmd, E.OK)
+    assert got.out_lines == n_bags
+
+
+@cocotb.test()
+@cocotb.parametrize(where=["offsets", "indices", "row", "out_write"])
+async def lookup_media_error_completes_with_media(dut, where):
+    """One access of a LOOKUP answers SLVERR (offsets read, index read, row read, output write;
+    reads return zeros): the completion is MEDIA with ``err_bag`` = ``err_value`` = 0 and the
+    command's tag, the fault was injected, nothing outside the output buffer changed; the same
+    command without the fault then equals the model. Media errors were tested only on the
+    full device, whose engines are not mutated."""
+    tb = GatherTB(dut)
+    await tb.reset()
+    rng = np.random.default_rng(tb.seed)
+    rows, dim = 40, 32
+    table = rng.integers(-1000, 1000, size=(rows, dim)).astype(np.int32)
+    offsets = np.array([0, 3, 3, 7], np.uint32)
+    indices = np.array([5, 9, 5, 1, 2, 3, 9], np.uint32)
+    job = tb.job(table, offsets, indices, tag=7)
+    cmd = job.cmd
+    out_bytes = cmd.n_bags * dim * 4
+    row9 = cmd.table_base + 9 * dim * 4
+    lo, hi, op = {"offsets": (cmd.offsets_addr, cmd.offsets_addr + 4, "read"),
+                  "indices": (cmd.indices_addr, cmd.indices_addr + 4, "read"),
+                  "row": (row9, row9 + 64, "read"),
+                  "out_write": (cmd.out_addr, cmd.out_addr + out_bytes, "write")}[where]
+    tb.pmem.add_fault(op=op, lo=lo, hi=hi, data="zeros", name=where)
+    n_faults = len(tb.pmem.faults)
+    before = LineSnapshot.of(tb.mem)
+    try:
+        got = await tb.run_rtl(cmd)
+    finally:
+        tb.pmem.clear_faults()
+    assert len(tb.pmem.faults) > n_faults, f"no fault injected ({where}, seed {tb.seed})"
+    assert (got.tag, got.err_code, got.err_bag, got.err_value) == (7, E.MEDIA, 0, 0), \
+        f"{where} fault: {got} (seed {tb.seed})"
+    changed = differing_lines(before, tb.mem, skip=(cmd.out_addr, cmd.out_addr + out_bytes))
+    assert not changed, f"{where} fault: lines outside the output changed: {changed[:4]}"
+    await tb.check(cmd, E.OK)
+
+
+@cocotb.test()
+async def lookup_cycles_counts_from_accept_to_completion(dut):
+    """``cycles`` of the completion is the number of clock cycles from the command's accept to
+    its completion's valid (docs/architecture.md "Counters in the completion"), measured here at
+    the ports: for a command failing a command-level check, a short and a long LOOKUP and one
+    failing a bag check. The comparisons with the model skip ``cycles``."""
+    tb = GatherTB(dut)
+    await tb.reset()
+    edges = {"cmd": [], "cpl": []}
+
+    async def watch():
+        n, cpl_was = 0, 0
+        while True:
+            await RisingEdge(dut.clk)
+            n += 1
+            if dut.cmd__valid.value and dut.cmd__ready.value:
+                edges["cmd"].append(n)
+            cpl_now = int(dut.cpl__valid.value)
+            if cpl_now and not cpl_was:
+                edges["cpl"].append(n)
+            cpl_was = cpl_now
+    cocotb.start_soon(watch())
+    rng = np.random.default_rng(tb.seed)
+    table = rng.integers(-1000, 1000, size=(50, 16)).astype(np.int32)
+    short = tb.job(table, np.array([0, 2, 4], np.uint32),
+                   np.array([1, 2, 3, 4], np.uint32), tag=1).cmd
+    cmds = [replace(short, dim=48, tag=0), short,
+            tb.random_job(rows=200, dim=64, n_bags=30, pooling=8, tag=2).cmd,
+            tb.job(table, np.array([0, 2, 1], np.uint32),
+                   np.array([1, 2, 3], np.uint32), tag=3).cmd]
+    for i, cmd in enumerate(cmds):
+        got = await tb.check(cmd)
+        measured = edges["cpl"][i] - edges["cmd"][i]
+        dut._log.info(f"tag {cmd.tag}: cycles {got.cycles}, accept -> valid {measured}")
+        assert got.cycles == measured, (f"tag {cmd.tag}: cycles {got.cycles}, but {measured} "
+                                        f"cycles from accept to completion (seed {tb.seed})")
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------

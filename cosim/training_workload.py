@@ -87,6 +87,17 @@ class Batch:
     tables_after: dict       # table lines after the COMMIT (TrainingWorkload.read_tables)
     out_areas: list = field(default_factory=list)   # [(addr, nbytes)] LOOKUP outputs
     snap: tuple | None = None  # (epoch, slot index, payload bytes) of its SNAPSHOT, if any
+    doorbells: tuple = ()     # descriptors per doorbell, in order (empty: one doorbell)
+
+    @property
+    def parts(self) -> list:
+        """``[(first index, descriptors)]``: the descriptors of each doorbell, in order."""
+        sizes = self.doorbells or (len(self.descs),)
+        out, k = [], 0
+        for n in sizes:
+            out.append((k, self.descs[k:k + n]))
+            k += n
+        return out
 
     @property
     def errors(self) -> list:
@@ -247,7 +258,8 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                   n_batches: int = 4, n_bags: int = 4, pooling: int = 3, alpha: float = 1.05,
                   lr: float = 0.05, ring_size: int = 16, snap_bytes: int = 0,
                   snap_lag: int | None = None, hot_set: int = 0, init: str = "all",
-                  allow_errors: bool = False) -> TrainingWorkload:
+                  allow_errors: bool = False, late_lookup: int = 0,
+                  split_doorbell: bool = False) -> TrainingWorkload:
     """Build the workload and run it on the golden model (fresh device: format, then batches).
 
     ``init``: ``"all"`` or ``"touched"`` (which table rows are written; module docstring).
@@ -258,14 +270,24 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     0 in every batch also reads ``hot_set`` rows that all fall in one set of the logged set
     (seeded set), so with more rows than ways the set overflows: those rows are logged again
     by every LOOKUP+LOG and UPDATE that touches them (duplicate records; recovery applies the
-    oldest last). Needs ``rows[0] >= hot_set * log_set_sets``."""
+    oldest last). Needs ``rows[0] >= hot_set * log_set_sets``.
+
+    ``late_lookup`` > 0: every batch also holds a second LOOKUP+LOG of the last table (the
+    widest rows), right after its UPDATEs (before its SNAPSHOT and COMMIT): that many bags of
+    ``pooling`` distinct rows the batch has not read before (so each is logged), with an
+    output area of its own. Its records outpace the media write port, so they may still be in
+    flight when the LOOKUP completes and the next descriptor (or the host) runs.
+    ``split_doorbell``: every batch is rung as two doorbells, the second holding its SNAPSHOT
+    (if any) and COMMIT; the host waits for the first doorbell's completions in between."""
     if len(dims) != len(rows):
         raise ValueError("dims and rows must have the same length")
     if snap_bytes < 0:
         raise ValueError(f"snap_bytes must be >= 0, got {snap_bytes}")
     if snap_lag is not None and not 0 <= snap_lag < 1 << 32:
         raise ValueError(f"snap_lag must fit 32 bits, got {snap_lag}")
-    per_batch = 2 * len(dims) + 1 + (1 if snap_bytes else 0)
+    per_batch = 2 * len(dims) + 1 + (1 if snap_bytes else 0) + (1 if late_lookup else 0)
+    if late_lookup < 0:
+        raise ValueError(f"late_lookup must be >= 0 bags, got {late_lookup}")
     sets = cfg.log_set_sets
     if hot_set and (hot_set > sets or rows[0] < hot_set * sets):
         raise ValueError(f"hot_set={hot_set} needs at most {sets} rows and table 0 of at "
@@ -313,6 +335,8 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 offsets = offsets.copy()
                 offsets[-1] += len(hot_rows)
             touched[t.tid].update(indices.tolist())
+            if t is specs[-1]:
+                batch_rows = indices.tolist()
             oaddr = salloc.alloc(4 * len(offsets))
             iaddr = salloc.alloc(max(4 * len(indices), 4))
             gaddr = salloc.alloc(n_bags * t.dim * 4)
@@ -346,6 +370,29 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                 tag=tag, batch=b, n_bags=n_bags, lr=lr_desc if use_desc_lr else 0,
                 offsets_addr=oaddr, indices_addr=iaddr, grads_addr=gaddr))
             tag += 1
+        if late_lookup:
+            # rows this batch has not read yet, so every one is logged: its records then
+            # outpace the write port and still drain when the LOOKUP completes
+            t = specs[-1]
+            fresh = np.setdiff1d(np.arange(t.rows), np.asarray(batch_rows, np.int64))
+            need = late_lookup * pooling
+            if need > len(fresh):
+                raise ValueError(f"late_lookup={late_lookup} bags of {pooling} rows need "
+                                 f"{need} rows of table {t.tid} not read in batch {b}, "
+                                 f"it has {len(fresh)}")
+            indices = rng.permutation(fresh)[:need].astype(np.uint32)
+            offsets = (np.arange(late_lookup + 1) * pooling).astype(np.uint32)
+            touched[t.tid].update(indices.tolist())
+            oaddr = salloc.alloc(4 * len(offsets))
+            iaddr = salloc.alloc(max(4 * len(indices), 4))
+            out = salloc.alloc(late_lookup * t.dim * 4)
+            staging += [(oaddr, offsets.astype("<u4").tobytes()),
+                        (iaddr, indices.astype("<u4").tobytes())]
+            outs.append((out, late_lookup * t.dim * 4))
+            descs.append(TrainingDevice.make_desc(
+                kind=DescKind.LOOKUP, flags=FLAG_LOG, table=t.tid, tag=tag, batch=b,
+                n_bags=late_lookup, offsets_addr=oaddr, indices_addr=iaddr, out_addr=out))
+            tag += 1
         payload = None
         if snap_bytes:
             # its own buffer, at an unaligned start (the engine realigns)
@@ -357,7 +404,9 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
             tag += 1
         descs.append(TrainingDevice.make_desc(kind=DescKind.COMMIT, tag=tag, batch=b))
         tag += 1
-        plans.append((b, staging, descs, outs, payload))
+        tail = 1 + (1 if snap_bytes else 0)          # SNAPSHOT, COMMIT
+        doorbells = (len(descs) - tail, tail) if split_doorbell else ()
+        plans.append((b, staging, descs, outs, payload, doorbells))
     if init == "touched":
         # each row from its own stream: its values do not depend on the other rows read
         for t in specs:
@@ -376,7 +425,7 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
         dev.csr_write("MLP_LAG", snap_lag)
     rec = dev.recover()
     batches = []
-    for b, staging, descs, outs, payload in plans:
+    for b, staging, descs, outs, payload, doorbells in plans:
         for a, data in staging:
             mem.write(a, data)
         expect = []
@@ -388,7 +437,8 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                                    "--workload) expects error completions")
             expect.append(c)
         snap = (b, dev.mlp_slot - 1, payload) if snap_bytes else None
-        batches.append(Batch(b, staging, descs, expect, _table_lines(specs, mem), outs, snap))
+        batches.append(Batch(b, staging, descs, expect, _table_lines(specs, mem), outs, snap,
+                             doorbells))
     return TrainingWorkload(cfg=cfg, seed=seed, tables=specs, lr=lr_csr, ring_base=ring_base,
                             ring_size=ring_size, cpl_base=cpl_base, initial=initial,
                             tables0=_table_lines(specs, initial), batches=batches, final_image=mem,

@@ -154,3 +154,24 @@ def test_wrong_legal_set_is_caught(seed):
     assert not _mlp_violations(wl, writes, cuts, wl.legal_mlp), seed
     assert _mlp_violations(wl, writes, cuts,
                            lambda c, rung, read: wl.legal_mlp(max(0, c - 1), rung, read)), seed
+
+
+def test_model_cuts_late_lookup_workload(seed):
+    """The late-LOOKUP workload (``make_workload(late_lookup=..., split_doorbell=True)``): the
+    extra LOOKUP+LOG reads only rows its batch has not read, so it logs every one of them; each
+    batch is two doorbells, the second its SNAPSHOT and COMMIT; cuts anywhere still recover to
+    the legal outcomes. More bags than fresh rows are refused."""
+    cfg = DeviceConfig()
+    wl = make_workload(cfg, seed, snap_bytes=300, snap_lag=1, n_batches=3, late_lookup=20,
+                       split_doorbell=True)
+    for b in wl.batches:
+        kinds = [DescKind(c["kind"]).name for c in b.expect]
+        assert kinds == ["LOOKUP"] * 3 + ["UPDATE"] * 3 + ["LOOKUP", "SNAPSHOT", "COMMIT"], kinds
+        assert [(k, len(d)) for k, d in b.parts] == [(0, 7), (7, 2)], b.doorbells
+        late = b.expect[6]
+        assert late["rows"] == late["log_records"] == 20 * 3, (seed, b.batch, late)
+    plain = make_workload(cfg, seed, snap_bytes=300, snap_lag=1, n_batches=3)
+    assert [(k, len(d)) for k, d in plain.batches[0].parts] == [(0, 8)]
+    _check_cuts(cfg, wl, seed, "late-lookup", n_cuts=30, n_snap_cuts=5)
+    with pytest.raises(ValueError, match="not read in batch"):
+        make_workload(cfg, seed, n_batches=1, late_lookup=60)

@@ -398,29 +398,42 @@ class DeviceDriver:
     _read_lines = read_lines
 
     # ------------------------------------------------------------------ submission
-    async def submit(self, descs, timeout: int = 500_000) -> list:
+    async def submit(self, descs, timeout: int = 500_000, *, written: int = 0,
+                     ahead=()) -> list:
         """Write ``descs`` (64-byte descriptors) into the ring after the current tail, ring the
         doorbell (CMD_TAIL), wait until CPL_HEAD reaches it, read and decode the completion
-        records (``CPL_FIELDS`` dicts, ``status`` as int). At most ``ring_size - 1`` at once."""
+        records (``CPL_FIELDS`` dicts, ``status`` as int). At most ``ring_size - 1`` at once.
+
+        A host that prepares its next doorbell while the device executes this one:
+        ``ahead`` are the next call's descriptors, written into the ring slots after these
+        once the doorbell is rung, before the wait (``descs`` and ``ahead`` together at most
+        ``ring_size - 1``); the next call then passes ``written=len(ahead)``, the number of its
+        first descriptors already in the ring."""
         n = len(descs)
         size = self.ring_size
         if self.ring_base is None:
             raise DriverError("submit before configure()")
+        if not 0 <= written <= n:
+            raise ValueError(f"written={written} of {n} descriptors")
         if n == 0:
             return []
-        if n > size - 1:
-            raise ValueError(f"{n} descriptors do not fit a ring of {size}")
-        slots = [(self.tail + i) % size for i in range(n)]
-        for d in descs:
+        if n + len(ahead) > size - 1:
+            raise ValueError(f"{n} descriptors" + (f" and {len(ahead)} ahead" if ahead else "")
+                             + f" do not fit a ring of {size}")
+        slots = [(self.tail + i) % size for i in range(n + len(ahead))]
+        for d in (*descs, *ahead):
             if len(d) != DESC_BYTES:
                 raise ValueError(f"descriptor of {len(d)} bytes")
         t0 = self.pmem.cycle
         await self.write_lines([(self.ring_base + DESC_BYTES * s, d)
-                                 for s, d in zip(slots, descs)])
+                                for s, d in zip(slots[written:n], descs[written:])])
         self._phase("write_descs", t0)
         t0 = self.pmem.cycle
         new_tail = (self.tail + n) % size
         await self.doorbell(new_tail)
+        if ahead:
+            await self.write_lines([(self.ring_base + DESC_BYTES * s, d)
+                                    for s, d in zip(slots[n:], ahead)])
         detach = self.detach_while_waiting and self.via_host
         if detach:
             self.detach_host()
@@ -429,7 +442,7 @@ class DeviceDriver:
             self.attach_host()
         self._phase("execute", t0)
         t0 = self.pmem.cycle
-        cpls = await self.completions(slots)
+        cpls = await self.completions(slots[:n])
         self._phase("read_cpls", t0)
         return cpls
 

@@ -121,6 +121,7 @@ class TrainingWorkload:
     final_image: MemoryImage  # model memory after the whole run (no completions written)
     model_recover_records: int = 0
     mlp_lag: int | None = None   # MLP_LAG written at configuration (None: reset value)
+    prewrite: bool = False   # the host writes each doorbell's descriptors during the previous one
 
     @property
     def n_batches(self) -> int:
@@ -259,7 +260,7 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
                   lr: float = 0.05, ring_size: int = 16, snap_bytes: int = 0,
                   snap_lag: int | None = None, hot_set: int = 0, init: str = "all",
                   allow_errors: bool = False, late_lookup: int = 0,
-                  split_doorbell: bool = False) -> TrainingWorkload:
+                  split_doorbell: bool = False, prewrite: bool = False) -> TrainingWorkload:
     """Build the workload and run it on the golden model (fresh device: format, then batches).
 
     ``init``: ``"all"`` or ``"touched"`` (which table rows are written; module docstring).
@@ -278,7 +279,10 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     output area of its own. Its records outpace the media write port, so they may still be in
     flight when the LOOKUP completes and the next descriptor (or the host) runs.
     ``split_doorbell``: every batch is rung as two doorbells, the second holding its SNAPSHOT
-    (if any) and COMMIT; the host waits for the first doorbell's completions in between."""
+    (if any) and COMMIT; the host waits for the first doorbell's completions in between.
+    ``prewrite``: the host writes the descriptors of each doorbell into the ring (through
+    CXL.mem) while the device executes the previous doorbell, right after ringing it
+    (``DeviceDriver.submit(ahead=...)``); the descriptors and completions are the same."""
     if len(dims) != len(rows):
         raise ValueError("dims and rows must have the same length")
     if snap_bytes < 0:
@@ -442,5 +446,5 @@ def make_workload(cfg: DeviceConfig, seed: int, *, dims=(16, 32, 64), rows=(300,
     return TrainingWorkload(cfg=cfg, seed=seed, tables=specs, lr=lr_csr, ring_base=ring_base,
                             ring_size=ring_size, cpl_base=cpl_base, initial=initial,
                             tables0=_table_lines(specs, initial), batches=batches, final_image=mem,
-                            model_recover_records=rec, mlp_lag=snap_lag)
+                            model_recover_records=rec, mlp_lag=snap_lag, prewrite=prewrite)
 

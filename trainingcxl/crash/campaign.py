@@ -63,14 +63,15 @@ DEFAULT_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1}
 EXTENDED_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1, "rows": [1 << 20, 4096, 1 << 20],
                      "n_bags": 8, "pooling": 6, "hot_set": 6, "init": "touched",
                      "allow_errors": True}
-# the late-LOOKUP workload (docs/crash.md, "Late LOOKUP workload"): the default one plus, in
-# every batch, a LOOKUP+LOG of 40 bags of 3 rows of table 2 the batch has not read, after its
-# UPDATEs, and the batch rung as two doorbells (the second: SNAPSHOT and COMMIT), so cuts find
-# undo records still in flight in the host's time and in a SNAPSHOT or COMMIT
-LATE_LOOKUP_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1, "late_lookup": 40,
-                        "split_doorbell": True}
+# the overlap workload (docs/crash.md, "Overlap workload"): the default one plus, in every
+# batch, a LOOKUP+LOG of 40 bags of 3 rows of table 2 the batch has not read, after its
+# UPDATEs; each batch rung as two doorbells (the second: SNAPSHOT and COMMIT), and each
+# doorbell's descriptors written during the previous one, so cuts find undo records in flight
+# in the host's time and in a SNAPSHOT or COMMIT, and ring writes during descriptors
+OVERLAP_WORKLOAD = {"snap_bytes": 3000, "snap_lag": 1, "late_lookup": 40,
+                    "split_doorbell": True, "prewrite": True}
 WORKLOADS = {"default": DEFAULT_WORKLOAD, "extended": EXTENDED_WORKLOAD,
-             "late-lookup": LATE_LOOKUP_WORKLOAD}
+             "overlap": OVERLAP_WORKLOAD}
 EXTENDED_LOG_SIZE = 136 * 9 * 64      # 136 undo-log slots (a slot: header + 8 data lines)
 # fraction of the points whose recovery is cut by a second power failure (nested failure)
 DEFAULT_NESTED = 0.25

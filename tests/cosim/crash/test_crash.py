@@ -14,8 +14,8 @@ import pytest
 from cosim import fcov
 from hw.config import CONFIGS
 from trainingcxl.coverage import functional
-from trainingcxl.crash.campaign import (EXTENDED_LOG_SIZE, EXTENDED_WORKLOAD, LATE_LOOKUP_WORKLOAD,
-                                        run_campaign)
+from trainingcxl.crash.campaign import (EXTENDED_LOG_SIZE, EXTENDED_WORKLOAD,
+                                        OVERLAP_WORKLOAD, run_campaign)
 
 N_POINTS = 20
 
@@ -73,15 +73,16 @@ def test_crash_cut_coverage(crash_build, seed, tmp_path, monkeypatch):
 
 
 @pytest.mark.cosim
-def test_crash_late_lookup_workload(crash_build, seed, tmp_path, monkeypatch):
-    """The late-LOOKUP workload (``--workload late-lookup``: a LOOKUP+LOG of fresh rows after
-    every batch's UPDATEs, each batch rung as two doorbells): every point recovered and
+def test_crash_overlap_workload(crash_build, seed, tmp_path, monkeypatch):
+    """The overlap workload (``--workload overlap``: a LOOKUP+LOG of fresh rows after every
+    batch's UPDATEs, each batch rung as two doorbells, each doorbell's descriptors written
+    through CXL.mem while the previous one executes): every point recovered and
     bit-identical, nested failures included, with ``crash.cut`` sampled (its windows checked
     against the completion writes of both doorbells) and no bin argued unreachable hit."""
     cfg, b = crash_build
     monkeypatch.setenv(fcov.FCOV_ENV, str(tmp_path / "fcov"))
     rep = run_campaign(points="random:8", seed=seed, cfg=cfg, out=tmp_path, progress=False,
-                       build=b, nested=0.5, workload=LATE_LOOKUP_WORKLOAD)
+                       build=b, nested=0.5, workload=OVERLAP_WORKLOAD)
     assert rep["ok"] and rep["identical"] == 8, (seed, rep["failures"][:2], rep["sim_errors"])
     g = functional.merge_dir(tmp_path / "fcov")["groups"]["crash.cut"]
     assert not g["unreachable_but_hit"], (seed, g["unreachable_but_hit"])

@@ -50,6 +50,19 @@ def _make_csr(dut, clock, reset):
     return CsrMaster(dut, prefix="s_axil", clock=clock, reset=reset)
 
 
+def line_writes(chunks) -> list:
+    """``[(addr, bytes)]`` as whole-line writes ``[(line address, 64 bytes, byte enables)]``
+    in address order, chunks sharing a line merged (a later chunk's bytes win)."""
+    lines: dict[int, tuple[bytearray, int]] = {}
+    for addr, data in chunks:
+        for k, byte in enumerate(data):
+            a = addr + k
+            buf, be = lines.setdefault(a - a % LINE, (bytearray(LINE), 0))
+            buf[a % LINE] = byte
+            lines[a - a % LINE] = (buf, be | 1 << (a % LINE))
+    return [(a, bytes(buf), be) for a, (buf, be) in sorted(lines.items())]
+
+
 class DeviceDriver:
     """Driver of one device top (``dut``) whose media is the PMEM model ``pmem``.
 
@@ -399,7 +412,7 @@ class DeviceDriver:
 
     # ------------------------------------------------------------------ submission
     async def submit(self, descs, timeout: int = 500_000, *, written: int = 0,
-                     ahead=()) -> list:
+                     ahead=(), ahead_data=()) -> list:
         """Write ``descs`` (64-byte descriptors) into the ring after the current tail, ring the
         doorbell (CMD_TAIL), wait until CPL_HEAD reaches it, read and decode the completion
         records (``CPL_FIELDS`` dicts, ``status`` as int). At most ``ring_size - 1`` at once.
@@ -408,7 +421,9 @@ class DeviceDriver:
         ``ahead`` are the next call's descriptors, written into the ring slots after these
         once the doorbell is rung, before the wait (``descs`` and ``ahead`` together at most
         ``ring_size - 1``); the next call then passes ``written=len(ahead)``, the number of its
-        first descriptors already in the ring."""
+        first descriptors already in the ring. ``ahead_data`` (``[(addr, bytes)]``, e.g. the
+        next batch's staging) is written through the host at the same time, before ``ahead``
+        (MemWr, MemWrPtl for partial lines: :func:`line_writes`)."""
         n = len(descs)
         size = self.ring_size
         if self.ring_base is None:
@@ -431,6 +446,10 @@ class DeviceDriver:
         t0 = self.pmem.cycle
         new_tail = (self.tail + n) % size
         await self.doorbell(new_tail)
+        if ahead_data and self.via_host:
+            await self.write_lines(line_writes(ahead_data))
+        elif ahead_data:
+            self.write_staging(ahead_data)
         if ahead:
             await self.write_lines([(self.ring_base + DESC_BYTES * s, d)
                                     for s, d in zip(slots[n:], ahead)])

@@ -240,7 +240,9 @@ class CrashBench:
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
         if wl.mlp_lag is not None:
             await drv.write("MLP_LAG", wl.mlp_lag)
-        for b in batches:
+        # wl.prewrite: the host writes the next doorbell's descriptors, and during a batch's
+        # last doorbell the next batch's staging data, through CXL.mem while the device runs
+        for b in batches[:1] if wl.prewrite else batches:
             drv.write_staging(b.staging)
         doorbells = [(b, first, descs) for b in batches for first, descs in b.parts]
         written = 0
@@ -249,9 +251,10 @@ class CrashBench:
             if any(w["kind"] == DescKind.COMMIT for w in expect):
                 prog.commits_rung += 1          # the doorbell below includes the COMMIT
             self.doorbell_kinds.append([DescKind(w["kind"]).name for w in expect])
-            # wl.prewrite: the next doorbell's descriptors go into the ring during this one
-            ahead = doorbells[j + 1][2] if wl.prewrite and j + 1 < len(doorbells) else ()
-            cpls = await drv.submit(descs, written=written, ahead=ahead)
+            nxt = doorbells[j + 1] if wl.prewrite and j + 1 < len(doorbells) else None
+            ahead = nxt[2] if nxt else ()
+            data = nxt[0].staging if nxt and nxt[0] is not b else ()
+            cpls = await drv.submit(descs, written=written, ahead=ahead, ahead_data=data)
             written = len(ahead)
             for k, (want, got) in enumerate(zip(expect, cpls), first):
                 bad = wl.cpl_mismatches(want, got)

@@ -12,7 +12,8 @@ import pytest
 from hw.config import DeviceConfig
 from hw.cxl_encodings import (BISnpOpcode as BS, MetaField as MF, MetaValue as MV,
                               NDROpcode as NDR, ReqOpcode as RQ, SnpType as ST)
-from hw.encodings import DescKind, DeviceError
+from hw.encodings import CPL_FIELDS, DescKind, DeviceError
+from hw.encodings import DeviceError as E
 from sw_model.clicklog import ClickData, ClickLogFormatError, save_npz
 from sw_model.coherence import CoherenceViolation, HostPermission
 from sw_model.dlrm import TrainResult, npz_data
@@ -455,3 +456,52 @@ def test_staging_layout_snapshot_must_fit_its_slot_less_one_line():
     StagingLayout(CFG, (10,), (16,), 4, 8, slot - 64)
     with pytest.raises(ValueError, match="exceeds the slot capacity"):
         StagingLayout(CFG, (10,), (16,), 4, 8, slot - 63)
+
+
+# ==== second campaign (seed-1 sample of 500 of 8,860 mutants, docs/verification.md) ==============
+
+# ---- training.TrainingDevice ---------------------------------------------------------------------
+
+def test_update_bag_checks_report_code_value_and_bag():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁ_bag__mutmut_20`` (BAG_TOO_LONG raised with
+    code None: the descriptor dies with a ValueError instead of completing) and ``_37`` (an
+    ADDR_RANGE of a bag's indices reported with the bag number as its value and bag 0).
+    docs/training.md: bag-level checks complete with the code, the value (the bag's length,
+    the first byte address past the staging region) and the failing bag."""
+    from tests.model.test_model_training import CFG as TCFG, S1, Rig
+    rig = Rig(1, cfg=TCFG, shapes=((8, 16),))
+    n = TCFG.max_bag + 1
+    d, _ = rig.stage_update(0, [0, 1, 1 + n], [0] * (1 + n))
+    c = rig.dev.update(**d)
+    assert (c["status"], c["err_value"], c["err_bag"]) == (E.BAG_TOO_LONG, n, 1)
+    # indices in the last 8 bytes of staging: bag 0 reads one, bag 1 would read past S1
+    rig.mem.write_u32(S1 - 8, np.zeros(2, dtype=np.uint32))
+    o, _ = rig.stage_bags([0, 1, 3], [])
+    c = rig.dev.update(**{**d, "offsets_addr": o, "indices_addr": S1 - 8})
+    assert (c["status"], c["err_value"], c["err_bag"]) == (E.ADDR_RANGE, S1 + 4, 1)
+
+
+def test_make_desc_epoch_is_the_batch_field_and_parse_cpl_decodes_the_status():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁmake_desc__mutmut_8`` (``epoch`` looked up
+    under another name: KeyError) and ``xǁTrainingDeviceǁparse_cpl__mutmut_7`` (the decoded
+    status stored under another key, ``status`` left a plain int). ``epoch`` aliases
+    ``batch`` (bytes 8..15 of the descriptor); a completion's known status is a DeviceError."""
+    from sw_model.training import TrainingDevice
+    desc = TrainingDevice.make_desc(kind=int(DescKind.SNAPSHOT), epoch=0x0102030405)
+    assert desc[8:16] == (0x0102030405).to_bytes(8, "little")
+    rec = bytearray(64)
+    rec[5] = int(DeviceError.BAD_DIM)
+    c = TrainingDevice.parse_cpl(bytes(rec))
+    assert type(c["status"]) is DeviceError and c["status"] is DeviceError.BAD_DIM
+    assert set(c) == {name for name, *_ in CPL_FIELDS}
+
+
+def test_device_reset_clears_the_recovery_count_and_mlp_slot():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁreset__mutmut_14`` (``recovered_records =
+    None``) and ``_30`` (``mlp_slot = 1``): docs/training.md, device reset clears MLP_SLOT
+    (0 = none) and the count of records applied by recovery is 0 until a recovery."""
+    from sw_model.memory import MemoryImage
+    from sw_model.training import TrainingDevice
+    dev = TrainingDevice(CFG, MemoryImage(1 << CFG.addr_bits))
+    assert dev.recovered_records == 0 and dev.mlp_slot == 0
+    assert dev.csr_read("MLP_SLOT") == 0 and dev.csr_read("MLP_EPOCH_LO") == 0

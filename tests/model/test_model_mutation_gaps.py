@@ -505,3 +505,99 @@ def test_device_reset_clears_the_recovery_count_and_mlp_slot():
     dev = TrainingDevice(CFG, MemoryImage(1 << CFG.addr_bits))
     assert dev.recovered_records == 0 and dev.mlp_slot == 0
     assert dev.csr_read("MLP_SLOT") == 0 and dev.csr_read("MLP_EPOCH_LO") == 0
+
+
+# ---- embedding_device ----------------------------------------------------------------------------
+
+def test_device_status_error_names_an_unknown_code_by_its_number():
+    """Mutant ``sw_model.embedding_device.xǁDeviceStatusErrorǁ__init____mutmut_7``
+    (``int(None)``: a status the DeviceError enum does not know raises TypeError instead of
+    being reported as ``code <n>``)."""
+    unknown = max(int(c) for c in DeviceError) + 1
+    e = DeviceStatusError(unknown, 5, {"kind": int(DescKind.COMMIT)})
+    assert (e.code, e.name) == (unknown, f"code {unknown}")
+    assert str(e).startswith(f"code {unknown} (value 5, bag 0) for COMMIT descriptor")
+
+
+def test_set_mlp_lag_refuses_2_32_before_touching_the_device():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁset_mlp_lag__mutmut_8``
+    (``< 1 << 33``): MLP_LAG is a 32-bit CSR; 2^32 is refused with the device's lag unchanged
+    and no CSR write."""
+    from sw_model.embedding_device import FixedPointEmbeddings
+
+    class Lag(FixedPointEmbeddings):
+        def __init__(self):
+            self.mlp_lag, self.csr = 7, []
+
+        def set_mlp_lag_csr(self, k):
+            self.csr.append(k)
+
+        write_staging = read_mem = submit = restart_device = read_tables_q = None
+
+    d = Lag()
+    d.set_mlp_lag((1 << 32) - 1)
+    with pytest.raises(ValueError, match="MLP_LAG 4294967296 does not fit 32 bits"):
+        d.set_mlp_lag(1 << 32)
+    assert d.mlp_lag == (1 << 32) - 1 and d.csr == [(1 << 32) - 1]
+
+
+def test_staging_layout_accepts_a_one_row_table():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_23`` (``1 < r``):
+    a table has 1..2^32-1 rows; one row is valid."""
+    from sw_model.embedding_device import StagingLayout
+    L = StagingLayout(CFG, (1, 3), (16, 16), 4, 8, 256)
+    assert L.table_rows == (1, 3) or list(L.table_rows) == [1, 3]
+    with pytest.raises(ValueError, match="rows 0 must be in"):
+        StagingLayout(CFG, (0,), (16,), 4, 8, 256)
+
+
+def test_float_embeddings_hold_float32_tables_and_name_the_open_batch():
+    """Mutants ``sw_model.embedding_device.xǁFloatEmbeddingsǁ__init____mutmut_5`` (float64
+    initial tables kept float64: the reference is float32 by definition) and
+    ``xǁFloatEmbeddingsǁ_check_batch__mutmut_5`` (the message names committed - 1 as the open
+    batch)."""
+    from sw_model.embedding_device import FloatEmbeddings
+    f = FloatEmbeddings([np.full((2, 16), 0.1, dtype=np.float64)])
+    (t,) = f.tables()
+    assert t.dtype == np.float32 and t[0, 0] == np.float32(0.1)
+    f.commit(1)
+    with pytest.raises(ValueError, match=r"^commit: batch 5 is not the open batch 2$"):
+        f.commit(5)
+
+
+def _small_model_device():
+    from sw_model.embedding_device import ModelDevice, StagingLayout
+    L = StagingLayout(CFG, (8,), (16,), 4, 8, 256)
+    return ModelDevice(L, [np.full((8, 16), I32_MAX - 10, dtype=np.int32)], seed=3)
+
+
+def test_model_device_counts_saturations_and_power_failures_and_spans_the_address_space():
+    """Mutants ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁupdate_q__mutmut_45``
+    (``update_sat -=``), ``xǁModelDeviceǁ_on_write__mutmut_38`` (``failures = 1``) and
+    ``xǁModelDeviceǁ__init____mutmut_12`` (a memory of twice the device's address space).
+    Rows at I32_MAX - 10 minus lr 1.0 x gradient -100 saturate in every one of their 16
+    lanes; two scheduled power failures are two failures."""
+    from sw_model.embedding_device import PowerFailure
+    dev = _small_model_device()
+    assert dev.mem.size == 1 << CFG.addr_bits
+    one = 1 << dev.frac_bits
+    bags = [(np.array([0, 2]), np.array([1, 5]))]
+    dev.update_q(1, bags, [np.full((1, 16), -100, dtype=np.int32)], one)
+    assert dev.stats["update_sat"] == 32
+    assert dev.tables()[0][1].tolist() == [I32_MAX] * 16
+    for n in (1, 2):
+        dev.schedule_power_failure(0)
+        with pytest.raises(PowerFailure):
+            dev.commit_q(1)
+        assert dev.failures == n
+        dev.restart()
+
+
+def test_bags_are_checked_into_u32_offsets_and_indices():
+    """Mutant ``sw_model.embedding_device.x__bags_u32__mutmut_35`` (``o.astype(None)``: the
+    offsets come back float64). The devices' bag check returns u32 arrays (its docstring):
+    the staged offsets are u32 words."""
+    from sw_model.embedding_device import _bags_u32
+    ((o, x),) = _bags_u32([([0, 2, 3], np.array([1, 2, 3], dtype=np.int64))], 1)
+    assert o.dtype == np.uint32 and x.dtype == np.uint32
+    assert o.tolist() == [0, 2, 3] and x.tolist() == [1, 2, 3]

@@ -601,3 +601,129 @@ def test_bags_are_checked_into_u32_offsets_and_indices():
     ((o, x),) = _bags_u32([([0, 2, 3], np.array([1, 2, 3], dtype=np.int64))], 1)
     assert o.dtype == np.uint32 and x.dtype == np.uint32
     assert o.tolist() == [0, 2, 3] and x.tolist() == [1, 2, 3]
+
+
+# ---- memory.MemoryImage --------------------------------------------------------------------------
+
+def test_memory_image_copy_keeps_the_fill_and_gather_lines_refuses_past_the_end():
+    """Mutants ``sw_model.memory.xǁMemoryImageǁcopy__mutmut_5`` (the copy reads unwritten
+    bytes as 0 whatever the fill) and ``xǁMemoryImageǁgather_lines__mutmut_7`` (``or`` ->
+    ``and``: a line past the end is read as fill instead of refused)."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x1000, fill=0xA5)
+    c = m.copy()
+    assert c.fill == 0xA5 and c.read(0x40, 4) == b"\xa5" * 4 and c == m
+    assert m.gather_lines([0xFC0]) == b"\xa5" * 64
+    for bad in ([0x1000], [0, 0x1000], [0x20]):
+        with pytest.raises(ValueError, match="unaligned or out-of-range"):
+            m.gather_lines(bad)
+
+
+def test_write_i32_refuses_one_below_int32_min():
+    """Mutant ``sw_model.memory.xǁMemoryImageǁwrite_i32__mutmut_15`` (lower bound -2^32: -2^31
+    - 1 is written, wrapped to 2^31 - 1)."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x1000)
+    m.write_i32(0, [I32_MIN, I32_MAX])
+    assert m.read(0, 8) == bytes.fromhex("00000080ffffff7f")
+    with pytest.raises(ValueError, match="write_i32"):
+        m.write_i32(0, [I32_MIN - 1])
+    assert m.read(0, 4) == bytes.fromhex("00000080")
+
+
+def test_memory_diff_hexdump_rows_carry_their_own_address_and_printable_space():
+    """Mutants ``sw_model.memory.xǁMemoryImageǁdiff__mutmut_61``/``_72`` (the self/other rows
+    labelled ``la - o`` instead of the row's address ``la + o``) and ``x__hexline__mutmut_10``
+    (a space shown as '.'). Line 0x1000, bytes 0x34-0x35 = "A " in the other image: the row
+    at 0x1030 is dumped."""
+    from sw_model.memory import MemoryImage
+    a, b = MemoryImage(0x2000), MemoryImage(0x2000)
+    b.write(0x1034, b"A ")
+    ((addr, desc),) = a.diff(b)
+    lines = desc.splitlines()
+    assert addr == 0x1034 and lines[0] == "line 0x1000: 2 byte(s) differ"
+    zeros = " ".join(["00"] * 4)
+    assert lines[1] == f"  self  0000001030: {' '.join(['00'] * 16)}  |{'.' * 16}|"
+    assert lines[2] == (f"  other 0000001030: {zeros} 41 20 {' '.join(['00'] * 10)}  "
+                        f"|....A {'.' * 10}|")
+
+
+# ---- dlrm ----------------------------------------------------------------------------------------
+
+def test_evaluate_reports_the_number_of_samples():
+    """Mutant ``sw_model.dlrm.x_evaluate__mutmut_25`` (``n=None``): ``n`` is the number of
+    samples evaluated (10 here, over batches of 4)."""
+    from sw_model.dlrm import DLRM, DLRMConfig, evaluate
+    cfg = DLRMConfig(n_dense=1, table_rows=(4,), alphas=(1.0,))
+    r = evaluate(DLRM(cfg), [np.zeros((4, cfg.emb_dim), dtype=np.float32)], _click_data(10),
+                 batch_size=4)
+    assert r["n"] == 10 and 0.0 <= r["auc"] <= 1.0
+
+
+def test_npz_data_accepts_exactly_one_training_batch(tmp_path):
+    """Mutant ``sw_model.dlrm.x_npz_data__mutmut_19`` (``n_batches < 2``): 10 samples, eval
+    0.2, batch 8 leaves one whole training batch (samples 0-7), which is enough."""
+    path = tmp_path / "log.npz"
+    save_npz(path, _click_data(10))
+    data, n_batches, eval_data, _ = npz_data(path, 8, eval_fraction=0.2)
+    assert n_batches == 1 and data(1).dense[:, 0].tolist() == list(range(8))
+    assert eval_data.n == 2
+
+
+def test_dlrm_config_refuses_a_zero_learning_rate():
+    """Mutant ``sw_model.dlrm.xǁDLRMConfigǁ__post_init____mutmut_66`` (``lr >= 0``): learning
+    rates must be > 0."""
+    from sw_model.dlrm import DLRMConfig
+    with pytest.raises(ValueError, match="learning rates > 0"):
+        DLRMConfig(lr=0.0)
+    with pytest.raises(ValueError, match="learning rates > 0"):
+        DLRMConfig(emb_lr=0.0)
+
+
+def test_progressive_auc_stops_at_last():
+    """Mutant ``sw_model.dlrm.xǁTrainResultǁprogressive_auc__mutmut_4`` (``last`` ignored:
+    always up to n_batches). Batch 1 ranks its positive first, batch 2 last."""
+    r = TrainResult(n_batches=2)
+    r.preds = {1: (np.array([0.9, 0.1]), np.array([1.0, 0.0])),
+               2: (np.array([0.2, 0.8]), np.array([1.0, 0.0]))}
+    assert r.progressive_auc(1, 1) == 1.0
+    assert r.progressive_auc(2, 2) == 0.0
+
+
+def test_make_model_device_lays_out_for_the_device_configuration_given():
+    """Mutant ``sw_model.dlrm.x_make_model_device__mutmut_13`` (layout built for the default
+    DeviceConfig): with frac_bits = 16 the device reads its Q.16 tables back as values of
+    magnitude up to emb_init = 0.05 (as Q.24 they would read 256 times smaller)."""
+    from sw_model.dlrm import DLRMConfig, make_model_device
+    cfg = DLRMConfig(table_rows=(50, 60), alphas=(1.05, 1.1))
+    dev = make_model_device(cfg, CFG.with_(frac_bits=16))
+    assert dev.layout.cfg.frac_bits == 16
+    for t in dev.float_tables():
+        assert 0.04 < np.abs(t).max() <= 0.05 + 2**-17
+
+
+# ---- workload ------------------------------------------------------------------------------------
+
+def test_workload_defaults_uniform_indices_and_tag_zero():
+    """Mutants ``sw_model.workload.x_make_bags__mutmut_3`` (default ``alpha`` 1.0: Zipf
+    instead of uniform) and ``x_random_lookup_job__mutmut_10`` (default ``tag`` 1). Uniform
+    over 4 rows puts about a quarter of 8000 indices on row 0 (Zipf 1.0: 0.48)."""
+    from sw_model.workload import make_bags, random_lookup_job
+    _, idx = make_bags(np.random.default_rng(5), 1000, 8, 4)
+    assert 0.22 < np.count_nonzero(idx == 0) / idx.size < 0.28
+    _, job = random_lookup_job(4, CFG, rows=32, dim=16, n_bags=2, pooling=2)
+    assert job.cmd.tag == 0
+
+
+def test_lookup_job_stages_indices_as_u32_words():
+    """Mutant ``sw_model.workload.xǁLookupJobǁlayout__mutmut_15`` (indices kept as given:
+    a list becomes int64 and takes 8 B per index of staging). 20 u32 indices fill 80 B,
+    so the output buffer starts at the next 64 B line, 128 B after them."""
+    from sw_model.memory import MemoryImage
+    from sw_model.workload import LookupJob
+    mem = MemoryImage(1 << CFG.addr_bits)
+    job = LookupJob.layout(CFG, mem, np.zeros((32, 16), dtype=np.int32), [0, 20],
+                           list(range(20)))
+    assert job.indices.dtype == np.uint32
+    assert job.cmd.out_addr - job.cmd.indices_addr == 128
+    assert mem.read_u32(job.cmd.indices_addr, 20).tolist() == list(range(20))

@@ -727,3 +727,32 @@ def test_lookup_job_stages_indices_as_u32_words():
     assert job.indices.dtype == np.uint32
     assert job.cmd.out_addr - job.cmd.indices_addr == 128
     assert mem.read_u32(job.cmd.indices_addr, 20).tolist() == list(range(20))
+
+
+# ---- coherence -----------------------------------------------------------------------------------
+
+def test_second_bisnp_to_a_line_reports_when_the_first_was_sent():
+    """Mutant ``sw_model.coherence.xǁHostPermissionǁbisnp__mutmut_40`` (``t0 = None``): rule 7,
+    a second BISnp to a line whose BISnp (BITag 1, cycle 100) is outstanding; the violation
+    carries both cycles."""
+    p = HostPermission(CFG)
+    p.bisnp(0x10, BS.BISNP_INV, 1, 100)
+    v = _violation(lambda: p.bisnp(0x10, BS.BISNP_INV, 2, 105))
+    assert (v.rule, v.line, v.who, v.times) == ("rule 7", 0x10, "dcoh", (100, 105))
+    assert "(sent at 100)" in str(v)
+
+
+def test_poisoned_write_ending_at_the_reads_first_cycle_may_give_its_poison():
+    """Mutant ``sw_model.coherence.xǁLineValueCheckerǁ_poison_possible__mutmut_13`` (``w.we >
+    rs``): intervals are inclusive at both ends, so a write over [5, 10] may take effect at
+    cycle 10, concurrently with a read over [10, 12]: poison 1 (the write's) and poison 0
+    (the line before it) are both explained; once the write has ended before the read, only
+    its poison is."""
+    from sw_model.coherence import LineValueChecker
+    c = LineValueChecker()
+    c.write(0x7, bytes(64), (1 << 64) - 1, 5, 10, who="host", poison=True)
+    assert c.read(0x7, bytes(64), 10, 12, who="gather", poison=True) is None
+    assert c.read(0x7, bytes(64), 10, 12, who="gather", poison=False) is None
+    assert c.read(0x7, bytes(64), 11, 12, who="gather", poison=True) is None
+    with pytest.raises(CoherenceViolation):
+        c.read(0x7, bytes(64), 11, 12, who="gather", poison=False)

@@ -756,3 +756,79 @@ def test_poisoned_write_ending_at_the_reads_first_cycle_may_give_its_poison():
     assert c.read(0x7, bytes(64), 11, 12, who="gather", poison=True) is None
     with pytest.raises(CoherenceViolation):
         c.read(0x7, bytes(64), 11, 12, who="gather", poison=False)
+
+
+# ---- expected_trace: what the comparator tests cannot see ----------------------------------------
+
+def test_line_overlay_writes_enabled_bytes_counts_writes_and_skips_exact_ranges():
+    """Mutants ``sw_model.expected_trace.xǁLineOverlayǁwrite__mutmut_12`` (``be >> i | 1``:
+    every byte written), ``_14`` (``& 2``: the neighbouring byte's enable), ``_27`` (write count
+    None: a second write of the line fails) and ``xǁLineOverlayǁimage__mutmut_13`` (a skipped
+    range starting inside a line also blanks the bytes before it). Hash: sha256 of the 64
+    content bytes + the 8-byte little-endian written mask, first 16 hex digits."""
+    import hashlib
+
+    from sw_model.expected_trace import LineOverlay
+    ov = LineOverlay()
+    e1 = ov.write(0x1000, bytes(range(1, 65)), 0b101)
+    assert (e1["k"], e1["data"]) == (0, ("01" + "00" + "03").ljust(128, "0"))
+    e2 = ov.write(0x1000, b"\xff" * 64, 0b10, poison=1)
+    assert (e2["k"], e2["poison"], e2["data"]) == (1, 1, ("00" + "ff").ljust(128, "0"))
+    content = bytes([1, 0xFF, 3]) + bytes(61)
+    whole = hashlib.sha256(content + (0b111).to_bytes(8, "little")).hexdigest()[:16]
+    assert ov.image([(0x1000, 64)]) == {"1000": whole}
+    skipped = bytes([1, 0, 3]) + bytes(61)
+    part = hashlib.sha256(skipped + (0b101).to_bytes(8, "little")).hexdigest()[:16]
+    assert ov.image([(0x1000, 64)], skip=[(0x1001, 1)]) == {"1000": part}
+
+
+def _csr_events(acts, cfg=CFG):
+    from sw_model.expected_trace import expected_events
+    return [e for e in expected_events(acts, cfg)[1:] if e["ev"] in ("csr_r", "csr_w")]
+
+
+def test_expected_trace_err_clear_clears_status_error_and_table_base_halves_combine():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_apply_write__mutmut_132`` (ERR_CLEAR not
+    recognised: STATUS.ERROR stays set), ``_26`` (``base | ~0xFFFFFFFF``: writing BASE_LO
+    wipes BASE_HI), ``xǁ_Replayǁ_reg_value__mutmut_95`` (STATUS bit 0 set without an error),
+    ``_116`` (RECOVERING left out of the checked STATUS bits) and ``_185`` (a never-written
+    read/write register without a model value, IRQ_ENABLE, looked up by None). A write to an
+    unmapped CSR address is an error (CSR_ADDR); writing ERR_CLEAR.CLEAR clears
+    STATUS.ERROR; a table's base is BASE_HI:BASE_LO; IRQ_ENABLE resets to 0."""
+    from sw_model.expected_trace import RegMap
+    rm = RegMap()
+    unmapped = max(rm.off.values()) + 4
+
+    def w(name, v, addr=None):
+        return {"act": "csr_write", "addr": rm.off[name] if addr is None else addr, "data": v,
+                "strb": 15, "resp": 0}
+
+    def r(name):
+        return {"act": "csr_read", "addr": rm.off[name], "data": 0, "resp": 0}
+
+    ev = _csr_events([{"act": "reset"}, r("STATUS"), w(None, 1, addr=unmapped), r("STATUS"),
+                      w("ERR_CLEAR", rm.bit("ERR_CLEAR", "CLEAR")), r("STATUS"),
+                      w("TABLE3_BASE_HI", 0x12), w("TABLE3_BASE_LO", 0x40),
+                      r("TABLE3_BASE_LO"), r("TABLE3_BASE_HI"), r("IRQ_ENABLE")])
+    status = [e for e in ev if e["ev"] == "csr_r" and e["name"] == "STATUS"]
+    every = rm.bits("STATUS", "BUSY", "ERROR", "READY", "RECOVERING")
+    assert [(s["data"], s["mask"]) for s in status] == [
+        (0, every), (rm.bit("STATUS", "ERROR"), every), (0, every)]
+    reads = [(e["name"], e["data"]) for e in ev if e["ev"] == "csr_r"][3:]
+    assert reads == [("TABLE3_BASE_LO", 0x40), ("TABLE3_BASE_HI", 0x12), ("IRQ_ENABLE", 0)]
+
+
+def test_expected_trace_host_write_event_and_header():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_cxl__mutmut_54`` (the cycle read from
+    "CYCLE": None), ``_60`` (the RwD's poison not recorded) and ``x_expected_events__mutmut_65``
+    (the header's ``covers`` under another key). A host MemWr event carries the action's
+    cycle and the header's poison; the header lists what the trace covers (docs/traces.md)."""
+    from sw_model.expected_trace import COVERS, expected_events
+    from tests.model.test_compare import Host
+    h = Host(1)
+    h.cxl_write(CFG.staging_base + 0x40, bytes(range(64)), poison=1)
+    h.acts[-1]["cycle"] = 1234
+    evs = expected_events(h.acts, CFG)
+    assert set(evs[0]["covers"]) <= set(COVERS) and "cxl" in evs[0]["covers"]
+    (rwd,) = [e for e in evs[1:] if e["ev"] == "cxl"]
+    assert (rwd["cycle"], rwd["poison"], rwd["ndr"]) == (1234, 1, [int(NDR.CMP)])

@@ -832,3 +832,25 @@ def test_expected_trace_host_write_event_and_header():
     assert set(evs[0]["covers"]) <= set(COVERS) and "cxl" in evs[0]["covers"]
     (rwd,) = [e for e in evs[1:] if e["ev"] == "cxl"]
     assert (rwd["cycle"], rwd["poison"], rwd["ndr"]) == (1234, 1, [int(NDR.CMP)])
+
+
+def test_expected_trace_marks_completion_lines_and_a_cut_recovery():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_media_write__mutmut_45`` (completion-record
+    writes marked ``cpl_line: False``) and ``xǁ_Replayǁreset__mutmut_1`` (a reset while
+    recovering looks its events up under another key and fails). The compare workload runs
+    10 descriptors: 10 completion records, one line each, marked ``cpl_line`` True; a reset
+    that cuts a recovery (CONTROL.RECOVER on fresh media formats it: media writes) makes the
+    recovery's writes ``may`` (docs/traces.md)."""
+    from sw_model.expected_trace import RegMap, expected_events
+    from tests.model.test_compare import workload
+    evs = expected_events(workload(), CFG)[1:]
+    cpl = [e for e in evs if e["ev"] == "mwr" and "cpl_line" in e]
+    assert len(cpl) == len([e for e in evs if e["ev"] == "cpl"]) == 10
+    assert all(e["cpl_line"] is True for e in cpl)
+    rm = RegMap()
+    recover = {"act": "csr_write", "addr": rm.off["CONTROL"],
+               "data": rm.bit("CONTROL", "RECOVER"), "strb": 15, "resp": 0}
+    evs = expected_events([{"act": "reset"}, recover, {"act": "reset"}], CFG)[1:]
+    mwr = [e for e in evs if e["ev"] == "mwr"]
+    assert mwr and all(e.get("may") is True for e in mwr)
+    assert [e["ev"] for e in evs][-1] == "reset"

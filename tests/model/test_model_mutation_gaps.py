@@ -854,3 +854,80 @@ def test_expected_trace_marks_completion_lines_and_a_cut_recovery():
     mwr = [e for e in evs if e["ev"] == "mwr"]
     assert mwr and all(e.get("may") is True for e in mwr)
     assert [e["ev"] for e in evs][-1] == "reset"
+
+
+def test_read_slot_refuses_a_payload_longer_than_the_slot_holds():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁread_slot__mutmut_14`` (slot
+    capacity one line more than the slot): a slot of ``slots_size / 2`` bytes holds its header
+    line and at most slot - 64 payload bytes; a header claiming one byte more is refused even
+    with a CRC that matches (section 9 CRC computed here with zlib: the payload zero-padded to
+    whole lines, then the header line with its crc bytes zero)."""
+    import types
+    import zlib
+
+    from hw.encodings import SNAP_MAGIC
+    from sw_model.embedding_device import FixedPointEmbeddings, SnapshotError
+    from sw_model.memory import MemoryImage
+    cfg = CFG.with_(slots_size=1024)
+    cap = 512 - 64
+    mem = MemoryImage(1 << 20)
+
+    class Slots(FixedPointEmbeddings):
+        def __init__(self):
+            self.cfg = cfg
+            self.layout = types.SimpleNamespace(slot_addr=lambda i: 0x1000 + 512 * i)
+
+        def read_mem(self, a, n):
+            return mem.read(a, n)
+
+        write_staging = submit = restart_device = set_mlp_lag_csr = read_tables_q = None
+
+    def put(length):
+        payload = (np.arange(length) % 251).astype(np.uint8).tobytes()
+        hdr = bytearray(64)
+        hdr[0:4] = SNAP_MAGIC.to_bytes(4, "little")
+        hdr[8:16] = (5).to_bytes(8, "little")
+        hdr[16:20] = length.to_bytes(4, "little")
+        crc = zlib.crc32(payload + bytes(-length % 64) + bytes(hdr)) & 0xFFFFFFFF
+        hdr[4:8] = crc.to_bytes(4, "little")
+        mem.write(0x1000, bytes(hdr) + payload)
+        return payload
+
+    s = Slots()
+    payload = put(cap)
+    assert s.read_slot(0, 5) == payload
+    put(cap + 1)
+    with pytest.raises(SnapshotError, match="slot 0: bad header"):
+        s.read_slot(0, 5)
+
+
+def test_run_names_a_completion_that_does_not_match_its_descriptor():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁ_run__mutmut_30`` (the
+    message looks the completion's tag up under another key: KeyError instead of the
+    RuntimeError that names both)."""
+    from sw_model.embedding_device import FixedPointEmbeddings
+    from sw_model.training import TrainingDevice
+
+    class Wrong(FixedPointEmbeddings):
+        def __init__(self):
+            self.stats = dict(descriptors=0)
+
+        def submit(self, descs):
+            return [{"tag": 9, "kind": int(DescKind.COMMIT), "status": DeviceError.OK}]
+
+        write_staging = read_mem = restart_device = set_mlp_lag_csr = read_tables_q = None
+
+    desc = TrainingDevice.make_desc(kind=int(DescKind.COMMIT), tag=3, batch=1)
+    with pytest.raises(RuntimeError, match=f"^COMMIT 1: completion tag/kind 9/{int(DescKind.COMMIT)}"
+                                           f" does not match the descriptor's 3/"):
+        Wrong()._run([desc], "COMMIT 1")
+
+
+def test_region_full_error_reports_the_bytes_used():
+    """Mutant ``sw_model.workload.xǁRegionAllocatorǁalloc__mutmut_14`` (``next + base`` as
+    the bytes used): 0x80 B of a 0x100 B region at 0x1000 used, 0x100 B more refused."""
+    from sw_model.workload import RegionAllocator, RegionFullError
+    a = RegionAllocator(0x1000, 0x100)
+    assert a.alloc(0x80) == 0x1000
+    with pytest.raises(RegionFullError, match=r"\(0x80 B used\)$"):
+        a.alloc(0x100)

@@ -918,8 +918,9 @@ def test_run_names_a_completion_that_does_not_match_its_descriptor():
         write_staging = read_mem = restart_device = set_mlp_lag_csr = read_tables_q = None
 
     desc = TrainingDevice.make_desc(kind=int(DescKind.COMMIT), tag=3, batch=1)
-    with pytest.raises(RuntimeError, match=f"^COMMIT 1: completion tag/kind 9/{int(DescKind.COMMIT)}"
-                                           f" does not match the descriptor's 3/"):
+    kind = int(DescKind.COMMIT)
+    with pytest.raises(RuntimeError, match=f"^COMMIT 1: completion tag/kind 9/{kind} does not "
+                                           f"match the descriptor's 3/{kind}$"):
         Wrong()._run([desc], "COMMIT 1")
 
 

@@ -180,8 +180,10 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
                                "alternation after it is unchanged"),
     "sw_model.embedding_device.xǁFloatEmbeddingsǁlookup__mutmut_46":
         ("tab.shape[1]), dtype=None)", "np.zeros makes float64 when no dtype is given"),
-    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_36": ("self.mem.journal = None", JOURNAL),
-    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_37": ("self.mem.journal = True", JOURNAL),
+    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_36":
+        ("self.mem.journal = None", JOURNAL),
+    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_37":
+        ("self.mem.journal = True", JOURNAL),
     "sw_model.embedding_device.xǁModelDeviceǁcancel_power_failure__mutmut_3":
         ("self.mem.journal = True", JOURNAL),
     "sw_model.expected_trace.xǁ_RecMemǁwrite__mutmut_5":

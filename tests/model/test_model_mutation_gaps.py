@@ -12,7 +12,8 @@ import pytest
 from hw.config import DeviceConfig
 from hw.cxl_encodings import (BISnpOpcode as BS, MetaField as MF, MetaValue as MV,
                               NDROpcode as NDR, ReqOpcode as RQ, SnpType as ST)
-from hw.encodings import DescKind, DeviceError
+from hw.encodings import CPL_FIELDS, DescKind, DeviceError
+from hw.encodings import DeviceError as E
 from sw_model.clicklog import ClickData, ClickLogFormatError, save_npz
 from sw_model.coherence import CoherenceViolation, HostPermission
 from sw_model.dlrm import TrainResult, npz_data
@@ -455,3 +456,479 @@ def test_staging_layout_snapshot_must_fit_its_slot_less_one_line():
     StagingLayout(CFG, (10,), (16,), 4, 8, slot - 64)
     with pytest.raises(ValueError, match="exceeds the slot capacity"):
         StagingLayout(CFG, (10,), (16,), 4, 8, slot - 63)
+
+
+# ==== second campaign (seed-1 sample of 500 of 8,860 mutants, docs/verification.md) ==============
+
+# ---- training.TrainingDevice ---------------------------------------------------------------------
+
+def test_update_bag_checks_report_code_value_and_bag():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁ_bag__mutmut_20`` (BAG_TOO_LONG raised with
+    code None: the descriptor dies with a ValueError instead of completing) and ``_37`` (an
+    ADDR_RANGE of a bag's indices reported with the bag number as its value and bag 0).
+    docs/training.md: bag-level checks complete with the code, the value (the bag's length,
+    the first byte address past the staging region) and the failing bag."""
+    from tests.model.test_model_training import CFG as TCFG, S1, Rig
+    rig = Rig(1, cfg=TCFG, shapes=((8, 16),))
+    n = TCFG.max_bag + 1
+    d, _ = rig.stage_update(0, [0, 1, 1 + n], [0] * (1 + n))
+    c = rig.dev.update(**d)
+    assert (c["status"], c["err_value"], c["err_bag"]) == (E.BAG_TOO_LONG, n, 1)
+    # indices in the last 8 bytes of staging: bag 0 reads one, bag 1 would read past S1
+    rig.mem.write_u32(S1 - 8, np.zeros(2, dtype=np.uint32))
+    o, _ = rig.stage_bags([0, 1, 3], [])
+    c = rig.dev.update(**{**d, "offsets_addr": o, "indices_addr": S1 - 8})
+    assert (c["status"], c["err_value"], c["err_bag"]) == (E.ADDR_RANGE, S1 + 4, 1)
+
+
+def test_make_desc_epoch_is_the_batch_field_and_parse_cpl_decodes_the_status():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁmake_desc__mutmut_8`` (``epoch`` looked up
+    under another name: KeyError) and ``xǁTrainingDeviceǁparse_cpl__mutmut_7`` (the decoded
+    status stored under another key, ``status`` left a plain int). ``epoch`` aliases
+    ``batch`` (bytes 8..15 of the descriptor); a completion's known status is a DeviceError."""
+    from sw_model.training import TrainingDevice
+    desc = TrainingDevice.make_desc(kind=int(DescKind.SNAPSHOT), epoch=0x0102030405)
+    assert desc[8:16] == (0x0102030405).to_bytes(8, "little")
+    rec = bytearray(64)
+    rec[5] = int(DeviceError.BAD_DIM)
+    c = TrainingDevice.parse_cpl(bytes(rec))
+    assert type(c["status"]) is DeviceError and c["status"] is DeviceError.BAD_DIM
+    assert set(c) == {name for name, *_ in CPL_FIELDS}
+
+
+def test_device_reset_clears_the_recovery_count_and_mlp_slot():
+    """Mutants ``sw_model.training.xǁTrainingDeviceǁreset__mutmut_14`` (``recovered_records =
+    None``) and ``_30`` (``mlp_slot = 1``): docs/training.md, device reset clears MLP_SLOT
+    (0 = none) and the count of records applied by recovery is 0 until a recovery."""
+    from sw_model.memory import MemoryImage
+    from sw_model.training import TrainingDevice
+    dev = TrainingDevice(CFG, MemoryImage(1 << CFG.addr_bits))
+    assert dev.recovered_records == 0 and dev.mlp_slot == 0
+    assert dev.csr_read("MLP_SLOT") == 0 and dev.csr_read("MLP_EPOCH_LO") == 0
+
+
+# ---- embedding_device ----------------------------------------------------------------------------
+
+def test_device_status_error_names_an_unknown_code_by_its_number():
+    """Mutant ``sw_model.embedding_device.xǁDeviceStatusErrorǁ__init____mutmut_7``
+    (``int(None)``: a status the DeviceError enum does not know raises TypeError instead of
+    being reported as ``code <n>``)."""
+    unknown = max(int(c) for c in DeviceError) + 1
+    e = DeviceStatusError(unknown, 5, {"kind": int(DescKind.COMMIT)})
+    assert (e.code, e.name) == (unknown, f"code {unknown}")
+    assert str(e).startswith(f"code {unknown} (value 5, bag 0) for COMMIT descriptor")
+
+
+def test_set_mlp_lag_refuses_2_32_before_touching_the_device():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁset_mlp_lag__mutmut_8``
+    (``< 1 << 33``): MLP_LAG is a 32-bit CSR; 2^32 is refused with the device's lag unchanged
+    and no CSR write."""
+    from sw_model.embedding_device import FixedPointEmbeddings
+
+    class Lag(FixedPointEmbeddings):
+        def __init__(self):
+            self.mlp_lag, self.csr = 7, []
+
+        def set_mlp_lag_csr(self, k):
+            self.csr.append(k)
+
+        write_staging = read_mem = submit = restart_device = read_tables_q = None
+
+    d = Lag()
+    d.set_mlp_lag((1 << 32) - 1)
+    with pytest.raises(ValueError, match="MLP_LAG 4294967296 does not fit 32 bits"):
+        d.set_mlp_lag(1 << 32)
+    assert d.mlp_lag == (1 << 32) - 1 and d.csr == [(1 << 32) - 1]
+
+
+def test_staging_layout_accepts_a_one_row_table():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_23`` (``1 < r``):
+    a table has 1..2^32-1 rows; one row is valid."""
+    from sw_model.embedding_device import StagingLayout
+    L = StagingLayout(CFG, (1, 3), (16, 16), 4, 8, 256)
+    assert L.table_rows == (1, 3) or list(L.table_rows) == [1, 3]
+    with pytest.raises(ValueError, match="rows 0 must be in"):
+        StagingLayout(CFG, (0,), (16,), 4, 8, 256)
+
+
+def test_float_embeddings_hold_float32_tables_and_name_the_open_batch():
+    """Mutants ``sw_model.embedding_device.xǁFloatEmbeddingsǁ__init____mutmut_5`` (float64
+    initial tables kept float64: the reference is float32 by definition) and
+    ``xǁFloatEmbeddingsǁ_check_batch__mutmut_5`` (the message names committed - 1 as the open
+    batch)."""
+    from sw_model.embedding_device import FloatEmbeddings
+    f = FloatEmbeddings([np.full((2, 16), 0.1, dtype=np.float64)])
+    (t,) = f.tables()
+    assert t.dtype == np.float32 and t[0, 0] == np.float32(0.1)
+    f.commit(1)
+    with pytest.raises(ValueError, match=r"^commit: batch 5 is not the open batch 2$"):
+        f.commit(5)
+
+
+def _small_model_device():
+    from sw_model.embedding_device import ModelDevice, StagingLayout
+    L = StagingLayout(CFG, (8,), (16,), 4, 8, 256)
+    return ModelDevice(L, [np.full((8, 16), I32_MAX - 10, dtype=np.int32)], seed=3)
+
+
+def test_model_device_counts_saturations_and_power_failures_and_spans_the_address_space():
+    """Mutants ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁupdate_q__mutmut_45``
+    (``update_sat -=``), ``xǁModelDeviceǁ_on_write__mutmut_38`` (``failures = 1``) and
+    ``xǁModelDeviceǁ__init____mutmut_12`` (a memory of twice the device's address space).
+    Rows at I32_MAX - 10 minus lr 1.0 x gradient -100 saturate in every one of their 16
+    lanes; two scheduled power failures are two failures."""
+    from sw_model.embedding_device import PowerFailure
+    dev = _small_model_device()
+    assert dev.mem.size == 1 << CFG.addr_bits
+    one = 1 << dev.frac_bits
+    bags = [(np.array([0, 2]), np.array([1, 5]))]
+    dev.update_q(1, bags, [np.full((1, 16), -100, dtype=np.int32)], one)
+    assert dev.stats["update_sat"] == 32
+    assert dev.tables()[0][1].tolist() == [I32_MAX] * 16
+    for n in (1, 2):
+        dev.schedule_power_failure(0)
+        with pytest.raises(PowerFailure):
+            dev.commit_q(1)
+        assert dev.failures == n
+        dev.restart()
+
+
+def test_bags_are_checked_into_u32_offsets_and_indices():
+    """Mutant ``sw_model.embedding_device.x__bags_u32__mutmut_35`` (``o.astype(None)``: the
+    offsets come back float64). The devices' bag check returns u32 arrays (its docstring):
+    the staged offsets are u32 words."""
+    from sw_model.embedding_device import _bags_u32
+    ((o, x),) = _bags_u32([([0, 2, 3], np.array([1, 2, 3], dtype=np.int64))], 1)
+    assert o.dtype == np.uint32 and x.dtype == np.uint32
+    assert o.tolist() == [0, 2, 3] and x.tolist() == [1, 2, 3]
+
+
+# ---- memory.MemoryImage --------------------------------------------------------------------------
+
+def test_memory_image_copy_keeps_the_fill_and_gather_lines_refuses_past_the_end():
+    """Mutants ``sw_model.memory.xǁMemoryImageǁcopy__mutmut_5`` (the copy reads unwritten
+    bytes as 0 whatever the fill) and ``xǁMemoryImageǁgather_lines__mutmut_7`` (``or`` ->
+    ``and``: a line past the end is read as fill instead of refused)."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x1000, fill=0xA5)
+    c = m.copy()
+    assert c.fill == 0xA5 and c.read(0x40, 4) == b"\xa5" * 4 and c == m
+    assert m.gather_lines([0xFC0]) == b"\xa5" * 64
+    for bad in ([0x1000], [0, 0x1000], [0x20]):
+        with pytest.raises(ValueError, match="unaligned or out-of-range"):
+            m.gather_lines(bad)
+
+
+def test_write_i32_refuses_one_below_int32_min():
+    """Mutant ``sw_model.memory.xǁMemoryImageǁwrite_i32__mutmut_15`` (lower bound -2^32: -2^31
+    - 1 is written, wrapped to 2^31 - 1)."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x1000)
+    m.write_i32(0, [I32_MIN, I32_MAX])
+    assert m.read(0, 8) == bytes.fromhex("00000080ffffff7f")
+    with pytest.raises(ValueError, match="write_i32"):
+        m.write_i32(0, [I32_MIN - 1])
+    assert m.read(0, 4) == bytes.fromhex("00000080")
+
+
+def test_memory_diff_hexdump_rows_carry_their_own_address_and_printable_space():
+    """Mutants ``sw_model.memory.xǁMemoryImageǁdiff__mutmut_61``/``_72`` (the self/other rows
+    labelled ``la - o`` instead of the row's address ``la + o``) and ``x__hexline__mutmut_10``
+    (a space shown as '.'). Line 0x1000, bytes 0x34-0x35 = "A " in the other image: the row
+    at 0x1030 is dumped."""
+    from sw_model.memory import MemoryImage
+    a, b = MemoryImage(0x2000), MemoryImage(0x2000)
+    b.write(0x1034, b"A ")
+    ((addr, desc),) = a.diff(b)
+    lines = desc.splitlines()
+    assert addr == 0x1034 and lines[0] == "line 0x1000: 2 byte(s) differ"
+    zeros = " ".join(["00"] * 4)
+    assert lines[1] == f"  self  0000001030: {' '.join(['00'] * 16)}  |{'.' * 16}|"
+    assert lines[2] == (f"  other 0000001030: {zeros} 41 20 {' '.join(['00'] * 10)}  "
+                        f"|....A {'.' * 10}|")
+
+
+# ---- dlrm ----------------------------------------------------------------------------------------
+
+def test_evaluate_reports_the_number_of_samples():
+    """Mutant ``sw_model.dlrm.x_evaluate__mutmut_25`` (``n=None``): ``n`` is the number of
+    samples evaluated (10 here, over batches of 4)."""
+    from sw_model.dlrm import DLRM, DLRMConfig, evaluate
+    cfg = DLRMConfig(n_dense=1, table_rows=(4,), alphas=(1.0,))
+    r = evaluate(DLRM(cfg), [np.zeros((4, cfg.emb_dim), dtype=np.float32)], _click_data(10),
+                 batch_size=4)
+    assert r["n"] == 10 and 0.0 <= r["auc"] <= 1.0
+
+
+def test_npz_data_accepts_exactly_one_training_batch(tmp_path):
+    """Mutant ``sw_model.dlrm.x_npz_data__mutmut_19`` (``n_batches < 2``): 10 samples, eval
+    0.2, batch 8 leaves one whole training batch (samples 0-7), which is enough."""
+    path = tmp_path / "log.npz"
+    save_npz(path, _click_data(10))
+    data, n_batches, eval_data, _ = npz_data(path, 8, eval_fraction=0.2)
+    assert n_batches == 1 and data(1).dense[:, 0].tolist() == list(range(8))
+    assert eval_data.n == 2
+
+
+def test_dlrm_config_refuses_a_zero_learning_rate():
+    """Mutant ``sw_model.dlrm.xǁDLRMConfigǁ__post_init____mutmut_66`` (``lr >= 0``): learning
+    rates must be > 0."""
+    from sw_model.dlrm import DLRMConfig
+    with pytest.raises(ValueError, match="learning rates > 0"):
+        DLRMConfig(lr=0.0)
+    with pytest.raises(ValueError, match="learning rates > 0"):
+        DLRMConfig(emb_lr=0.0)
+
+
+def test_progressive_auc_stops_at_last():
+    """Mutant ``sw_model.dlrm.xǁTrainResultǁprogressive_auc__mutmut_4`` (``last`` ignored:
+    always up to n_batches). Batch 1 ranks its positive first, batch 2 last."""
+    r = TrainResult(n_batches=2)
+    r.preds = {1: (np.array([0.9, 0.1]), np.array([1.0, 0.0])),
+               2: (np.array([0.2, 0.8]), np.array([1.0, 0.0]))}
+    assert r.progressive_auc(1, 1) == 1.0
+    assert r.progressive_auc(2, 2) == 0.0
+
+
+def test_make_model_device_lays_out_for_the_device_configuration_given():
+    """Mutant ``sw_model.dlrm.x_make_model_device__mutmut_13`` (layout built for the default
+    DeviceConfig): with frac_bits = 16 the device reads its Q.16 tables back as values of
+    magnitude up to emb_init = 0.05 (as Q.24 they would read 256 times smaller)."""
+    from sw_model.dlrm import DLRMConfig, make_model_device
+    cfg = DLRMConfig(table_rows=(50, 60), alphas=(1.05, 1.1))
+    dev = make_model_device(cfg, CFG.with_(frac_bits=16))
+    assert dev.layout.cfg.frac_bits == 16
+    for t in dev.float_tables():
+        assert 0.04 < np.abs(t).max() <= 0.05 + 2**-17
+
+
+# ---- workload ------------------------------------------------------------------------------------
+
+def test_workload_defaults_uniform_indices_and_tag_zero():
+    """Mutants ``sw_model.workload.x_make_bags__mutmut_3`` (default ``alpha`` 1.0: Zipf
+    instead of uniform) and ``x_random_lookup_job__mutmut_10`` (default ``tag`` 1). Uniform
+    over 4 rows puts about a quarter of 8000 indices on row 0 (Zipf 1.0: 0.48)."""
+    from sw_model.workload import make_bags, random_lookup_job
+    _, idx = make_bags(np.random.default_rng(5), 1000, 8, 4)
+    assert 0.22 < np.count_nonzero(idx == 0) / idx.size < 0.28
+    _, job = random_lookup_job(4, CFG, rows=32, dim=16, n_bags=2, pooling=2)
+    assert job.cmd.tag == 0
+
+
+def test_lookup_job_stages_indices_as_u32_words():
+    """Mutant ``sw_model.workload.xǁLookupJobǁlayout__mutmut_15`` (indices kept as given:
+    a list becomes int64 and takes 8 B per index of staging). 20 u32 indices fill 80 B,
+    so the output buffer starts at the next 64 B line, 128 B after them."""
+    from sw_model.memory import MemoryImage
+    from sw_model.workload import LookupJob
+    mem = MemoryImage(1 << CFG.addr_bits)
+    job = LookupJob.layout(CFG, mem, np.zeros((32, 16), dtype=np.int32), [0, 20],
+                           list(range(20)))
+    assert job.indices.dtype == np.uint32
+    assert job.cmd.out_addr - job.cmd.indices_addr == 128
+    assert mem.read_u32(job.cmd.indices_addr, 20).tolist() == list(range(20))
+
+
+# ---- coherence -----------------------------------------------------------------------------------
+
+def test_second_bisnp_to_a_line_reports_when_the_first_was_sent():
+    """Mutant ``sw_model.coherence.xǁHostPermissionǁbisnp__mutmut_40`` (``t0 = None``): rule 7,
+    a second BISnp to a line whose BISnp (BITag 1, cycle 100) is outstanding; the violation
+    carries both cycles."""
+    p = HostPermission(CFG)
+    p.bisnp(0x10, BS.BISNP_INV, 1, 100)
+    v = _violation(lambda: p.bisnp(0x10, BS.BISNP_INV, 2, 105))
+    assert (v.rule, v.line, v.who, v.times) == ("rule 7", 0x10, "dcoh", (100, 105))
+    assert "(sent at 100)" in str(v)
+
+
+def test_poisoned_write_ending_at_the_reads_first_cycle_may_give_its_poison():
+    """Mutant ``sw_model.coherence.xǁLineValueCheckerǁ_poison_possible__mutmut_13`` (``w.we >
+    rs``): intervals are inclusive at both ends, so a write over [5, 10] may take effect at
+    cycle 10, concurrently with a read over [10, 12]: poison 1 (the write's) and poison 0
+    (the line before it) are both explained; once the write has ended before the read, only
+    its poison is."""
+    from sw_model.coherence import LineValueChecker
+    c = LineValueChecker()
+    c.write(0x7, bytes(64), (1 << 64) - 1, 5, 10, who="host", poison=True)
+    assert c.read(0x7, bytes(64), 10, 12, who="gather", poison=True) is None
+    assert c.read(0x7, bytes(64), 10, 12, who="gather", poison=False) is None
+    assert c.read(0x7, bytes(64), 11, 12, who="gather", poison=True) is None
+    with pytest.raises(CoherenceViolation):
+        c.read(0x7, bytes(64), 11, 12, who="gather", poison=False)
+
+
+# ---- expected_trace: what the comparator tests cannot see ----------------------------------------
+
+def test_line_overlay_writes_enabled_bytes_counts_writes_and_skips_exact_ranges():
+    """Mutants ``sw_model.expected_trace.xǁLineOverlayǁwrite__mutmut_12`` (``be >> i | 1``:
+    every byte written), ``_14`` (``& 2``: the neighbouring byte's enable), ``_27`` (write count
+    None: a second write of the line fails) and ``xǁLineOverlayǁimage__mutmut_13`` (a skipped
+    range starting inside a line also blanks the bytes before it). Hash: sha256 of the 64
+    content bytes + the 8-byte little-endian written mask, first 16 hex digits."""
+    import hashlib
+
+    from sw_model.expected_trace import LineOverlay
+    ov = LineOverlay()
+    e1 = ov.write(0x1000, bytes(range(1, 65)), 0b101)
+    assert (e1["k"], e1["data"]) == (0, ("01" + "00" + "03").ljust(128, "0"))
+    e2 = ov.write(0x1000, b"\xff" * 64, 0b10, poison=1)
+    assert (e2["k"], e2["poison"], e2["data"]) == (1, 1, ("00" + "ff").ljust(128, "0"))
+    content = bytes([1, 0xFF, 3]) + bytes(61)
+    whole = hashlib.sha256(content + (0b111).to_bytes(8, "little")).hexdigest()[:16]
+    assert ov.image([(0x1000, 64)]) == {"1000": whole}
+    skipped = bytes([1, 0, 3]) + bytes(61)
+    part = hashlib.sha256(skipped + (0b101).to_bytes(8, "little")).hexdigest()[:16]
+    assert ov.image([(0x1000, 64)], skip=[(0x1001, 1)]) == {"1000": part}
+
+
+def _csr_events(acts, cfg=CFG):
+    from sw_model.expected_trace import expected_events
+    return [e for e in expected_events(acts, cfg)[1:] if e["ev"] in ("csr_r", "csr_w")]
+
+
+def test_expected_trace_err_clear_clears_status_error_and_table_base_halves_combine():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_apply_write__mutmut_132`` (ERR_CLEAR not
+    recognised: STATUS.ERROR stays set), ``_26`` (``base | ~0xFFFFFFFF``: writing BASE_LO
+    wipes BASE_HI), ``xǁ_Replayǁ_reg_value__mutmut_95`` (STATUS bit 0 set without an error),
+    ``_116`` (RECOVERING left out of the checked STATUS bits) and ``_185`` (a never-written
+    read/write register without a model value, IRQ_ENABLE, looked up by None). A write to an
+    unmapped CSR address is an error (CSR_ADDR); writing ERR_CLEAR.CLEAR clears
+    STATUS.ERROR; a table's base is BASE_HI:BASE_LO; IRQ_ENABLE resets to 0."""
+    from sw_model.expected_trace import RegMap
+    rm = RegMap()
+    unmapped = max(rm.off.values()) + 4
+
+    def w(name, v, addr=None):
+        return {"act": "csr_write", "addr": rm.off[name] if addr is None else addr, "data": v,
+                "strb": 15, "resp": 0}
+
+    def r(name):
+        return {"act": "csr_read", "addr": rm.off[name], "data": 0, "resp": 0}
+
+    ev = _csr_events([{"act": "reset"}, r("STATUS"), w(None, 1, addr=unmapped), r("STATUS"),
+                      w("ERR_CLEAR", rm.bit("ERR_CLEAR", "CLEAR")), r("STATUS"),
+                      w("TABLE3_BASE_HI", 0x12), w("TABLE3_BASE_LO", 0x40),
+                      r("TABLE3_BASE_LO"), r("TABLE3_BASE_HI"), r("IRQ_ENABLE")])
+    status = [e for e in ev if e["ev"] == "csr_r" and e["name"] == "STATUS"]
+    every = rm.bits("STATUS", "BUSY", "ERROR", "READY", "RECOVERING")
+    assert [(s["data"], s["mask"]) for s in status] == [
+        (0, every), (rm.bit("STATUS", "ERROR"), every), (0, every)]
+    reads = [(e["name"], e["data"]) for e in ev if e["ev"] == "csr_r"][3:]
+    assert reads == [("TABLE3_BASE_LO", 0x40), ("TABLE3_BASE_HI", 0x12), ("IRQ_ENABLE", 0)]
+
+
+def test_expected_trace_host_write_event_and_header():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_cxl__mutmut_54`` (the cycle read from
+    "CYCLE": None), ``_60`` (the RwD's poison not recorded) and ``x_expected_events__mutmut_65``
+    (the header's ``covers`` under another key). A host MemWr event carries the action's
+    cycle and the header's poison; the header lists what the trace covers (docs/traces.md)."""
+    from sw_model.expected_trace import COVERS, expected_events
+    from tests.model.test_compare import Host
+    h = Host(1)
+    h.cxl_write(CFG.staging_base + 0x40, bytes(range(64)), poison=1)
+    h.acts[-1]["cycle"] = 1234
+    evs = expected_events(h.acts, CFG)
+    assert set(evs[0]["covers"]) <= set(COVERS) and "cxl" in evs[0]["covers"]
+    (rwd,) = [e for e in evs[1:] if e["ev"] == "cxl"]
+    assert (rwd["cycle"], rwd["poison"], rwd["ndr"]) == (1234, 1, [int(NDR.CMP)])
+
+
+def test_expected_trace_marks_completion_lines_and_a_cut_recovery():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_media_write__mutmut_45`` (completion-record
+    writes marked ``cpl_line: False``) and ``xǁ_Replayǁreset__mutmut_1`` (a reset while
+    recovering looks its events up under another key and fails). The compare workload runs
+    10 descriptors: 10 completion records, one line each, marked ``cpl_line`` True; a reset
+    that cuts a recovery (CONTROL.RECOVER on fresh media formats it: media writes) makes the
+    recovery's writes ``may`` (docs/traces.md)."""
+    from sw_model.expected_trace import RegMap, expected_events
+    from tests.model.test_compare import workload
+    evs = expected_events(workload(), CFG)[1:]
+    cpl = [e for e in evs if e["ev"] == "mwr" and "cpl_line" in e]
+    assert len(cpl) == len([e for e in evs if e["ev"] == "cpl"]) == 10
+    assert all(e["cpl_line"] is True for e in cpl)
+    rm = RegMap()
+    recover = {"act": "csr_write", "addr": rm.off["CONTROL"],
+               "data": rm.bit("CONTROL", "RECOVER"), "strb": 15, "resp": 0}
+    evs = expected_events([{"act": "reset"}, recover, {"act": "reset"}], CFG)[1:]
+    mwr = [e for e in evs if e["ev"] == "mwr"]
+    assert mwr and all(e.get("may") is True for e in mwr)
+    assert [e["ev"] for e in evs][-1] == "reset"
+
+
+def test_read_slot_refuses_a_payload_longer_than_the_slot_holds():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁread_slot__mutmut_14`` (slot
+    capacity one line more than the slot): a slot of ``slots_size / 2`` bytes holds its header
+    line and at most slot - 64 payload bytes; a header claiming one byte more is refused even
+    with a CRC that matches (section 9 CRC computed here with zlib: the payload zero-padded to
+    whole lines, then the header line with its crc bytes zero)."""
+    import types
+    import zlib
+
+    from hw.encodings import SNAP_MAGIC
+    from sw_model.embedding_device import FixedPointEmbeddings, SnapshotError
+    from sw_model.memory import MemoryImage
+    cfg = CFG.with_(slots_size=1024)
+    cap = 512 - 64
+    mem = MemoryImage(1 << 20)
+
+    class Slots(FixedPointEmbeddings):
+        def __init__(self):
+            self.cfg = cfg
+            self.layout = types.SimpleNamespace(slot_addr=lambda i: 0x1000 + 512 * i)
+
+        def read_mem(self, a, n):
+            return mem.read(a, n)
+
+        write_staging = submit = restart_device = set_mlp_lag_csr = read_tables_q = None
+
+    def put(length):
+        payload = (np.arange(length) % 251).astype(np.uint8).tobytes()
+        hdr = bytearray(64)
+        hdr[0:4] = SNAP_MAGIC.to_bytes(4, "little")
+        hdr[8:16] = (5).to_bytes(8, "little")
+        hdr[16:20] = length.to_bytes(4, "little")
+        crc = zlib.crc32(payload + bytes(-length % 64) + bytes(hdr)) & 0xFFFFFFFF
+        hdr[4:8] = crc.to_bytes(4, "little")
+        mem.write(0x1000, bytes(hdr) + payload)
+        return payload
+
+    s = Slots()
+    payload = put(cap)
+    assert s.read_slot(0, 5) == payload
+    put(cap + 1)
+    with pytest.raises(SnapshotError, match="slot 0: bad header"):
+        s.read_slot(0, 5)
+
+
+def test_run_names_a_completion_that_does_not_match_its_descriptor():
+    """Mutant ``sw_model.embedding_device.xǁFixedPointEmbeddingsǁ_run__mutmut_30`` (the
+    message looks the completion's tag up under another key: KeyError instead of the
+    RuntimeError that names both)."""
+    from sw_model.embedding_device import FixedPointEmbeddings
+    from sw_model.training import TrainingDevice
+
+    class Wrong(FixedPointEmbeddings):
+        def __init__(self):
+            self.stats = dict(descriptors=0)
+
+        def submit(self, descs):
+            return [{"tag": 9, "kind": int(DescKind.COMMIT), "status": DeviceError.OK}]
+
+        write_staging = read_mem = restart_device = set_mlp_lag_csr = read_tables_q = None
+
+    desc = TrainingDevice.make_desc(kind=int(DescKind.COMMIT), tag=3, batch=1)
+    kind = int(DescKind.COMMIT)
+    with pytest.raises(RuntimeError, match=f"^COMMIT 1: completion tag/kind 9/{kind} does not "
+                                           f"match the descriptor's 3/{kind}$"):
+        Wrong()._run([desc], "COMMIT 1")
+
+
+def test_region_full_error_reports_the_bytes_used():
+    """Mutant ``sw_model.workload.xǁRegionAllocatorǁalloc__mutmut_14`` (``next + base`` as
+    the bytes used): 0x80 B of a 0x100 B region at 0x1000 used, 0x100 B more refused."""
+    from sw_model.workload import RegionAllocator, RegionFullError
+    a = RegionAllocator(0x1000, 0x100)
+    assert a.alloc(0x80) == 0x1000
+    with pytest.raises(RegionFullError, match=r"\(0x80 B used\)$"):
+        a.alloc(0x100)

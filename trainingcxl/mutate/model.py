@@ -68,6 +68,11 @@ VERDICTS = ("killed", "timeout", "survived", "no tests", "equivalent", "other", 
 MESSAGE_ONLY = "error message text only: the same exception type is raised at the same point"
 DIAGNOSTIC_ONLY = ("hexdump text of a mismatch report only (which rows are printed, the marker "
                    "line): the reported addresses and the pass/fail verdict are unchanged")
+VIOLATION_TEXT_ONLY = ("text of a coherence violation's message only: the rule, line, agent and "
+                       "cycles reported and the verdict are unchanged")
+JOURNAL = ("`journal` only decides whether a write keeps the bytes it replaced in `last`, which "
+           "_on_write reads only at the write a scheduled failure hits, and "
+           "schedule_power_failure turns it on: an extra read per write, nothing else")
 EQUIVALENT: dict[str, tuple[str, str]] = {
     "sw_model.clicklog.x_criteo_lines_to_clicklog__mutmut_2":
         ('"XX<lines>XX"', "default of `source`, which only names the input in error messages"),
@@ -129,6 +134,83 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
     "sw_model.workload.xǁLookupJobǁlayout__mutmut_61":
         ("poison, dtype=None)", "poison is an int, so np.full makes int64 unasked, and write_i32 "
                                 "stores the same 32-bit values either way"),
+    # reviewed in the second campaign (seed-1 sample of 500 of 8,860 mutants)
+    "sw_model.coherence.xǁHostPermissionǁdevice_access__mutmut_43":
+        ('"XXBISnpCur completed since the grantXX"', VIOLATION_TEXT_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁread__mutmut_42": ("or 'NONE'", VIOLATION_TEXT_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁread__mutmut_56":
+        ('self._data(data, "READ")', MESSAGE_ONLY + " (the argument only names the operation in "
+                                                    "_data's message)"),
+    "sw_model.embedding_device.x__bags_u32__mutmut_17":
+        ('"XXiuXX"', "`kind not in \"XXiuXX\"` is a substring test: 'i' and 'u' are still in "
+                     "it and no numpy dtype kind is 'X'"),
+    "sw_model.embedding_device.x__bags_u32__mutmut_33": ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.embedding_device.xǁFixedPointEmbeddingsǁcommit_q__mutmut_2":
+        ("tag=self._next_tag())], None)", "the label only prefixes the messages of _run's "
+                                           "exceptions (same exception, same point)"),
+    "sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_28":
+        ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.expected_trace.xǁ_Replayǁload__mutmut_13": ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.memory.x__int_array__mutmut_15": ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.memory.xǁMemoryImageǁ_check__mutmut_9": ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.coherence.xǁLineValueCheckerǁadvance__mutmut_1":
+        ("if horizon >= self.horizon:", "at equality the assignment sets the horizon to the "
+                                        "value it already has"),
+    "sw_model.coherence.xǁLineValueCheckerǁ_prune__mutmut_45":
+        ("covered = u.mask", "that branch runs only when writes newer than the pruned ones "
+                             "cover all 64 bytes; those are kept and ended before the horizon, "
+                             "so every later read's walk (and candidates') counts all bytes as "
+                             "written before it consults `covered`: the initial value is never "
+                             "possible again, whatever `covered` holds"),
+    "sw_model.device.xǁDeviceModelǁ_pool__mutmut_64":
+        ("st[i] - max_rows", "only the chunking of the bags changes (one bag per chunk): each "
+                             "bag's sum is the same reduceat over its own rows"),
+    "sw_model.dlrm.x_bce_with_logits__mutmut_10":
+        ("y = np.asarray(labels, )", "y meets only the float64 logits (z * y): numpy promotes "
+                                     "any integer or float label array to float64 with the "
+                                     "same exact conversion the cast made"),
+    "sw_model.dlrm.x_pool_float__mutmut_10":
+        ("o = np.asarray(o, )", "bag offsets are non-decreasing integers: np.diff, np.repeat "
+                                "and the slice give the same in any integer dtype (a list "
+                                "becomes int64 anyway)"),
+    "sw_model.embedding_device.xǁFixedPointEmbeddingsǁ__init____mutmut_8":
+        ("self._snap_buf = 1", "which of the two staging snapshot buffers the first snapshot "
+                               "uses: the SNAPSHOT descriptor names the buffer the blob was "
+                               "written to, so the device copies the same bytes; the "
+                               "alternation after it is unchanged"),
+    "sw_model.embedding_device.xǁFloatEmbeddingsǁlookup__mutmut_46":
+        ("tab.shape[1]), dtype=None)", "np.zeros makes float64 when no dtype is given"),
+    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_36":
+        ("self.mem.journal = None", JOURNAL),
+    "sw_model.embedding_device.xǁModelDeviceǁ_on_write__mutmut_37":
+        ("self.mem.journal = True", JOURNAL),
+    "sw_model.embedding_device.xǁModelDeviceǁcancel_power_failure__mutmut_3":
+        ("self.mem.journal = True", JOURNAL),
+    "sw_model.expected_trace.xǁ_RecMemǁwrite__mutmut_5":
+        ("super().write(address, data, )", "MemoryImage.write accepts keyword arguments only "
+                                           "for signature compatibility and ignores them"),
+    "sw_model.expected_trace.xǁ_Replayǁ_cxl__mutmut_85":
+        ("(ans.ndr is None) and False", "every answer to an RwD carries an NDR (Cmp, or "
+                                        "BIConflictAck; every row of the write table has one), "
+                                        "so the `[]` branch is never taken"),
+    "sw_model.expected_trace.xǁ_Replayǁ_media_write__mutmut_23":
+        ("bytes(LINE + o - k)", "the padding after the written bytes only makes the buffer "
+                                "longer than 64 B: LineOverlay.write reads bytes 0..63 where "
+                                "the byte enables (unchanged) are set"),
+    "sw_model.expected_trace.xǁ_Replayǁ_step__mutmut_25":
+        ("self._cpl_write = None", "`_cpl_write` is only ever tested for truth"),
+    "sw_model.fixedpoint.x_pool_exact__mutmut_10":
+        ("rows.astype(None)", "int32 values are exact in float64 and sum(dtype=int64) "
+                              "accumulates each element converted to int64"),
+    "sw_model.fixedpoint.x_saturate32__mutmut_3":
+        ("np.asarray(acc, dtype=None)", "for integer input (the one caller passes int64 sums; "
+                                        "Python ints become int64 anyway) clip, compare and the "
+                                        "int32 cast give the same values and count"),
+    "sw_model.memory.xǁMemoryImageǁline_arrays__mutmut_24":
+        ("np.argsort(addrs, )", "the addresses are dict keys, all distinct: every sort gives "
+                                "the same order"),
+    "sw_model.memory.xǁMemoryImageǁwrite_i32__mutmut_28":
+        ('copy=None', "whether astype copies does not change the bytes written"),
 }
 
 

@@ -8,13 +8,19 @@ Reqs waiting for victims than park slots. Both were unchecked until mutation tes
   ``n - j`` reads in flight (``n`` sent before the drain), give or take the few cycles between
   the counter and the channel.
 - Park slots (hw/dcoh/host_lane.py): a Req that needs a victim parks until the victim's BIRsp;
-  with every slot taken the next one must wait on the Req channel, not take a busy slot.
+  with every slot taken the next one must wait on the Req channel, not take a busy slot. A
+  parked Req keeps its tag and blocks only Reqs to its own line, and it retries only when a
+  BIRsp wakes it.
+- Victims (hw/dcoh/host_lane.py ``_victim``): the first way not under snoop, starting from a
+  pointer that moves on with each victim, so successive victims of a set rotate over its ways.
+- The tracker's 8 BITags all in use at once (device snoops plus parked Reqs that need victims).
 """
 import cocotb
 import pytest
+from cocotb.triggers import ClockCycles
 
 from cosim import build as cb
-from cosim.cxl_host import HostKnobs
+from cosim.cxl_host import HostKnobs, fast_getter
 from cosim.tb.config import BenchConfig
 from cosim.tb.dcoh import DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
@@ -36,6 +42,7 @@ async def dev_load_follows_host_reads_in_flight(dut):
     await tb.reset()
     cap = tb.cfg.host_reads
     n = cap - 2
+    stable = _HeldPayload(tb, "s2m_drs")
     tb.chans.hold("s2m_drs", 20 * cap)
     txns = [await tb.host.read(tb.line("table", i), "cur", wait=False) for i in range(n)]
     for t in txns:
@@ -52,6 +59,7 @@ async def dev_load_follows_host_reads_in_flight(dut):
                                 f"flight (allowed {sorted(allowed)}, seed {tb.seed})")
         seen.add(got)
     assert seen == {0, 1, 2, 3}, seen
+    assert stable.waits > 0 and not stable.changes, stable.changes[:4]
     await tb.finish()
 
 
@@ -76,11 +84,168 @@ async def reqs_beyond_the_park_slots_wait_and_all_complete(dut):
     await tb.finish()
 
 
+class _HeldPayload:
+    """Stream rule: the payload of ``channel`` does not change while valid is high and ready
+    low. Records each change (cycle, old, new) and counts the cycles spent waiting."""
+
+    def __init__(self, tb, channel):
+        d = tb.dut
+        self._get = [fast_getter(getattr(d, f"{channel}__{x}"))
+                     for x in ("valid", "ready", "payload")]
+        self._waiting = None
+        self.waits = 0
+        self.changes = []
+        tb.chans.every_cycle.append(self)
+
+    def __call__(self, cycle):
+        valid, ready, payload = (g() for g in self._get)
+        if self._waiting is not None and payload != self._waiting:
+            self.changes.append((cycle, self._waiting, payload))
+        self._waiting = payload if valid == "1" and ready != "1" else None
+        self.waits += self._waiting is not None
+
+
+class _BISnps:
+    """The line of every BISnp, in the order the host receives them."""
+
+    def __init__(self, tb):
+        self.lines = []
+        tb.core.observers.append(self)
+
+    def on_s2m(self, channel, msg, cycle, txn):
+        if channel == "s2m_bisnp":
+            self.lines.append(msg["hdr"]["addr"])
+
+
+async def _until(tb, cond, cycles, what):
+    for _ in range(cycles):
+        if cond():
+            return
+        await ClockCycles(tb.dut.clk, 1)
+    raise AssertionError(f"{what} not within {cycles} cycles (seed {tb.seed})")
+
+
+@cocotb.test()
+async def victims_rotate_over_the_ways_and_skip_a_way_under_snoop(dut):
+    """One set, host-owned lines with line-address bit 18 set: seven RdOwns of new lines of
+    the set, one after the other, each evict the next way (victims: the four first lines, way
+    3's included, then the three that replaced the first three, in order); then, with way 3's
+    line under a device write's BISnp and the pointer at way 3, another RdOwn evicts way 0's
+    line, not the one already snooped."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 150
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    await tb.reset()
+    s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
+    assert ways == 4
+    x = [tb.line("table", (1 << 18) + 5 + s * k) for k in range(12)]
+    snoops = _BISnps(tb)
+    for k in range(ways):
+        await tb.host.read(x[k], "own")                   # ways 0..3
+    for k in range(ways, ways + 7):
+        await tb.host.read(x[k], "own")                   # victims x0..x6, pointer at 3
+    assert snoops.lines == x[:7], [hex(a) for a in snoops.lines]
+    # way 3 holds x3, under a device write's snoop; the pointer says way 3
+    w = tb.dev.submit("wr", x[7], bytes([0x3C]) * 64, dev_id=3)
+    await _until(tb, lambda: len(snoops.lines) == 8, 200, "the device write's BISnp")
+    t = await tb.host.read(x[11], "own")
+    await tb.dev.wait(w)
+    assert snoops.lines == x[:8] + [x[8]], [hex(a) for a in snoops.lines]
+    assert t.grant == "E"
+    await tb.finish()
+
+
+@cocotb.test()
+async def parked_reqs_keep_their_tags_and_block_only_their_own_line(dut):
+    """Four full sets, one RdOwn each that needs a victim (all four park slots taken, tags with
+    bit 4 clear), while the host takes 300 cycles to answer each BISnp: exactly four BISnps
+    (a parked Req retries only when a BIRsp wakes it); an S-to-A upgrade of a line in the set of
+    the third parked Req (its address differs from that Req's only in bit 19) is served at once,
+    not held behind it; every Req is answered with its own tag (host model) and completes."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 300
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    await tb.reset()
+    s, ways, P = tb.cfg.sf_sets, tb.cfg.sf_ways, tb.cfg.park_slots
+    assert P == 4
+    sets = [10, 11, 12, 13]
+    upgrade = tb.line("table", sets[2])                    # way 0 of the third set, held S
+    for i, st in enumerate(sets):
+        for w in range(ways):
+            line = tb.line("table", st + s * w)
+            await tb.host.read(line, "shared" if line == upgrade else "own")
+    reqs = [tb.line("table", st + s * ways) for st in sets]
+    reqs[2] = upgrade | 1 << 19                            # same set, differs in bit 19 only
+    n0 = tb.core.stats["recv_s2m_bisnp"]
+    tb.core._next_tag = 0x100                              # tags 0x100..0x103: bit 4 clear
+    txns = [tb.core.issue("rd_own", a) for a in reqs]
+    assert [t.tag & 0x10 for t in txns] == [0] * P
+    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + P, 200, "four BISnps")
+    t = await tb.host.read(upgrade, "own")
+    assert t.t_done - t.t_issue < 100, (f"the upgrade of {upgrade:#x} took "
+                                        f"{t.t_done - t.t_issue} cycles behind a parked Req")
+    assert tb.core.stats["recv_s2m_bisnp"] == n0 + P, "a parked Req retried without a BIRsp"
+    assert all(x.t_done is None for x in txns), "a Req needing a victim was served early"
+    for x in txns:
+        await tb.host.wait_txn(x, timeout=50_000)
+    await tb.finish()
+
+
+@cocotb.test()
+async def all_bitags_in_use_and_every_request_completes(dut):
+    """A device write and a device RdOwn of host-owned lines, then (100 cycles later) six
+    RdOwns that need victims, while the host takes 200 cycles per BISnp: the device snoops'
+    BIRsps wake the parked Reqs before their own victims are answered, so they snoop further
+    victims until all ``bi_tags`` BITags are in use (rule 7 checked per BISnp by the host
+    model), and every request completes."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 200
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    await tb.reset()
+    s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
+    sets = range(30, 36)
+    for st in sets:
+        for w in range(ways):
+            await tb.host.read(tb.line("table", st + s * w), "own")
+    for st in (40, 41):
+        await tb.host.read(tb.line("table", st), "own")
+    n0 = tb.core.stats["recv_s2m_bisnp"]
+    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
+           tb.dev.submit("rd_own", tb.line("table", 41), dev_id=2)]
+    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
+    await ClockCycles(dut.clk, 100)
+    txns = [tb.core.issue("rd_own", tb.line("table", st + s * ways)) for st in sets]
+    for op in ops:
+        await tb.dev.wait(op, timeout=50_000)
+    for t in txns:
+        await tb.host.wait_txn(t, timeout=50_000)
+    assert tb.core.stats["max_open_bisnp"] == tb.cfg.bi_tags, tb.core.stats["max_open_bisnp"]
+    await tb.finish()
+
+
+@cocotb.test()
+async def ndr_payload_stays_while_the_host_holds_the_channel(dut):
+    """The NDR channel merges the host lane's Cmp-E and the media write Cmps: with a Cmp-E
+    waiting behind a held s2m_ndr when a write's Cmp becomes ready too, the waiting message
+    stays on the channel unchanged until the host takes it (stream rule), then both arrive."""
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=HostKnobs.calm())
+    await tb.reset()
+    stable = _HeldPayload(tb, "s2m_ndr")
+    tb.chans.hold("s2m_ndr", 200)
+    rd = await tb.host.read(tb.line("table", 70), "own", wait=False)
+    await ClockCycles(dut.clk, 10)
+    wr = await tb.host.write(tb.line("table", 71), bytes([0x71]) * 64, wait=False)
+    await tb.host.wait_txn(rd)
+    await tb.host.wait_txn(wr)
+    assert stable.waits > 100 and not stable.changes, (stable.waits, stable.changes[:4])
+    await tb.finish()
+
+
 # ---- pytest launcher ----------------------------------------------------------------------------
 @pytest.mark.cosim
 def test_dcoh_pressure_cosim(seed, tmp_path):
-    """DevLoad under a pile of host reads; more victim-waiting Reqs than park slots."""
+    """DevLoad under a pile of host reads; park slots, victims and BITags under pressure."""
     cfg = DeviceConfig()
     b = dcoh_top_build(cfg)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
-    assert res.n_ran == 2 and res.n_failed == 0
+    assert res.n_ran == 6 and res.n_failed == 0

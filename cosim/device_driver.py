@@ -365,6 +365,14 @@ class DeviceDriver:
             if self.actions is not None:
                 self.actions.poke(a, d)
 
+    async def write_data(self, chunks):
+        """``[(addr, bytes)]`` through the host (:func:`line_writes`: MemWr per whole line,
+        MemWrPtl with byte enables for a partial one), or backdoor with ``via_host=False``."""
+        if self.via_host:
+            await self.write_lines(line_writes(chunks))
+        else:
+            self.write_staging(chunks)
+
     def load_image(self, image):
         """Replace the PMEM model's media by ``image`` (a ``CrashImage`` or a memory), with
         its queues dropped (``cosim.powerfail.load_image``); call it while reset is asserted
@@ -446,10 +454,8 @@ class DeviceDriver:
         t0 = self.pmem.cycle
         new_tail = (self.tail + n) % size
         await self.doorbell(new_tail)
-        if ahead_data and self.via_host:
-            await self.write_lines(line_writes(ahead_data))
-        elif ahead_data:
-            self.write_staging(ahead_data)
+        if ahead_data:
+            await self.write_data(ahead_data)
         if ahead:
             await self.write_lines([(self.ring_base + DESC_BYTES * s, d)
                                     for s, d in zip(slots[n:], ahead)])

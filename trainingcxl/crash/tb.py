@@ -240,10 +240,14 @@ class CrashBench:
         await drv.configure(wl.tables, wl.lr, wl.ring_base, wl.ring_size, wl.cpl_base)
         if wl.mlp_lag is not None:
             await drv.write("MLP_LAG", wl.mlp_lag)
-        # wl.prewrite: the host writes the next doorbell's descriptors, and during a batch's
-        # last doorbell the next batch's staging data, through CXL.mem while the device runs
-        for b in batches[:1] if wl.prewrite else batches:
-            drv.write_staging(b.staging)
+        # wl.prewrite: the host writes staging data through CXL.mem, the first batch's before
+        # the first doorbell, the next batch's and the next doorbell's descriptors while the
+        # device runs; otherwise all staging data by backdoor
+        if wl.prewrite:
+            await drv.write_data(batches[0].staging)
+        else:
+            for b in batches:
+                drv.write_staging(b.staging)
         doorbells = [(b, first, descs) for b in batches for first, descs in b.parts]
         written = 0
         for j, (b, first, descs) in enumerate(doorbells):

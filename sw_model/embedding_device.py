@@ -478,6 +478,7 @@ class _JournalMemory(MemoryImage):
     def copy(self):
         m = _JournalMemory(self.size, self.fill)
         m._lines = {a: bytearray(v) for a, v in self._lines.items()}
+        m.poisoned = set(self.poisoned)
         return m
 
 
@@ -572,6 +573,7 @@ class ModelDevice(FixedPointEmbeddings):
         afterwards)."""
         m = _JournalMemory(mem.size, mem.fill)
         m._lines = {a: bytearray(v) for a, v in mem._lines.items()} if copy else mem._lines
+        m.poisoned = set(mem.poisoned)
         self.mem = m
         self.cancel_power_failure()
         self._power_on()

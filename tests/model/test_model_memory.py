@@ -134,3 +134,25 @@ def test_line_arrays_sorted_and_equal_to_reads():
     addrs, data = m.line_arrays()
     assert addrs.tolist() == [0, 64, 640, 2048]
     assert [bytes(r) for r in data] == [m.read(int(a), 64) for a in addrs]
+
+
+@pytest.mark.parametrize("copy", [True, False])
+def test_model_device_keeps_poison_through_copy_and_restart(copy):
+    """The media's poison bits survive a copy of the device's memory and a restart from an
+    image (a lock-step twin reseeded from a crash image must see the same poisoned lines)."""
+    from hw.config import DEFAULT
+    from sw_model.embedding_device import ModelDevice, StagingLayout
+    rows, dims = (40, 70), (16, 32)
+    tabs = [np.zeros((r, d), np.int32) for r, d in zip(rows, dims)]
+    L = StagingLayout(DEFAULT, rows, dims, 24, 100, 256)
+    dev = ModelDevice(L, tabs, mlp_lag=1, seed=1)
+    line = DEFAULT.table_base + 64 * 3
+    dev.mem.set_poison(line, True)
+    assert dev.mem.copy().is_poisoned(line)
+    img = MemoryImage(dev.mem.size)
+    img._lines = {a: bytearray(v) for a, v in dev.mem._lines.items()}
+    img.set_poison(line, True)
+    twin = ModelDevice(L, tabs, mlp_lag=1, seed=1)
+    twin.restart_from(img, copy=copy)
+    assert twin.mem.is_poisoned(line)
+    assert sorted(twin.mem.poisoned) == [line]

@@ -6,7 +6,8 @@ and compares completions (all fields but ``cycles``), the whole memory image (ta
 slots, superblock, staging) and the error/ring/IRQ CSRs.
 
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every
-AXI channel, 200); saturation and same-row repeats; two aborted attempts of a batch with
+AXI channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's
+row tracker (its ways and victim CAM full, repeats joining); two aborted attempts of a batch with
 logged-set overflow (re-logging, recovery epoch); re-logging a row whose previous update is
 still in flight (a bug this test found: the record held the row from before that update);
 doorbell before recovery and CSR misuse; ring errors (RING_CONFIG,
@@ -164,6 +165,43 @@ async def device_saturation_and_repeats(dut):
     await tb.check("after saturating descriptors")
     await tb.run([commit(1, tag=99)], "commit")
     await tb.check("after commit")
+
+
+@cocotb.test()
+@cocotb.parametrize(dim=[16, 128])
+async def device_update_rows_of_one_tracker_set(dut, dim):
+    """40 rows of one set of the UPDATE engine's row tracker (``row_set``) in one UPDATE at
+    PMEM latency 200: 8 rows fill the set's ways, the next 16 all victims, each twice in a
+    row (the repeat joins the entry while its row is in flight: a repeat that read the row
+    instead would read it before the first update's write), the last 16 wait for a free
+    entry, then every row again in a random order; the tables, log and completions equal the
+    model."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=200, name=f"tracker_set/dim{dim}")
+    cfg = tb.cfg
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    ways, nv = cfg.upd_ways, cfg.upd_victims
+    n = ways + nv + 16
+    s = int(tb.rng.integers(0, 1 << set_bits))
+    rows = [(a << set_bits) | (a ^ s) for a in range(n)]
+    assert len({row_set(r, set_bits) for r in rows}) == 1, rows
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, [(0, n << set_bits, dim, 0.0)])
+    await tb.set_lr(lr_q(tb, 0.1))
+    await tb.configure_ring(RING)
+    order = (rows[:ways] + [r for r in rows[ways:ways + nv] for _ in range(2)]
+             + rows[ways + nv:] + [rows[i] for i in tb.rng.permutation(n)])
+    idx = np.array(order, np.uint32)
+    nb = 8
+    o = (np.arange(nb + 1) * (len(idx) // nb)).astype(np.uint32)
+    assert o[-1] == len(idx), o
+    oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
+    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
+                  update(0, nb, oa, ia, tb.stage_i32(g), batch=1, tag=2),
+                  commit(1, tag=3)], "one tracker set")
+    await tb.check("after the UPDATE of one tracker set")
 
 
 @cocotb.test()
@@ -640,7 +678,7 @@ async def device_irq_line(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 14     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 16     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

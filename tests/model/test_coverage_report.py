@@ -204,3 +204,45 @@ def test_crash_cut_bins():
     m = functional.merge([{"crash.cut": {"UPDATE|table": 2, "RECOVER|log": 1}}])["groups"]
     assert m["crash.cut"]["hit"] == 1 and m["crash.cut"]["unreachable_but_hit"] == ["RECOVER|log"]
     assert m["crash.cut"]["total"] == len(fcov.bins()["crash.cut"]) - len(unr)
+
+
+def _dcoh_in(top, clk, rst, tmp_path):
+    """The same DCOH module in a top whose clock domain is named ``clk``/``rst`` or
+    ``dev_clk``/``dev_rst``: Yosys declares wires and connects ports in name order."""
+    decls = sorted([f"  input {clk};", f"  wire {clk};", f"  input {rst};", f"  wire {rst};",
+                    "  input [1:0] a;", "  wire [1:0] a;", "  reg x;", "  wire d;"],
+                   key=lambda s: s.split()[-1])
+    conns = sorted([f"    .{clk}({clk}),", f"    .{rst}({rst}),", "    .a(a),", "    .o(d)"],
+                   key=lambda s: s.split("(")[0])
+    conns[-1] = conns[-1].rstrip(",")
+    text = "\n".join([f"module \\{top}.dcoh ({clk}, {rst}, a);", *decls,
+                      f"  always @(posedge {clk}) if ({rst}) x <= 0; else if (a) x <= 1;",
+                      f"  \\{top}.dcoh.sf sf (", *conns, "  );", "endmodule",
+                      f"module {top} ({clk}, {rst});", f"  input {clk};", f"  input {rst};",
+                      "endmodule", ""])
+    v = tmp_path / f"{top}.v"
+    v.write_text(text)
+    line = text.splitlines().index(next(s for s in text.splitlines() if "always" in s)) + 1
+    dat = tmp_path / f"{top}.dat"
+    dat.write_text("# SystemC::Coverage-3\n"
+                   + _point(v, line, "line", f"{top}.dcoh", "if", 1)
+                   + _point(v, 3, "toggle", f"{top}.dcoh", f"{clk}:0->1", 1))
+    return dat
+
+
+def test_one_block_in_tops_with_other_domain_names_merges(tmp_path):
+    """A block built in a top clocked by ``clk`` and in one clocked by ``dev_clk`` is one
+    variant: its line point (at another line of each file) and its clock's toggle point
+    count once each, with both runs' hits."""
+    a = _dcoh_in("dcoh_testtop", "clk", "rst", tmp_path)
+    b = _dcoh_in("trainingcxl_device", "dev_clk", "dev_rst", tmp_path)
+    cov = data.load([a, b])
+    pts = [p for p in cov.counts if p.block == "DCOH"]
+    assert len({p.variant for p in pts}) == 1, pts
+    assert sorted((p.kind, p.comment, cov.counts[p]) for p in pts) == [
+        ("line", "if", 2), ("toggle", "clk:0->1", 2)]
+    # a different statement is another variant
+    t = tmp_path / "trainingcxl_device.v"
+    t.write_text(t.read_text().replace("x <= 1", "x <= a[0]"))
+    pts = [p for p in data.load([a, b]).counts if p.block == "DCOH"]
+    assert len({p.variant for p in pts}) == 2, pts

@@ -9,12 +9,14 @@ file, line, column), ``o`` (the comment: ``block``/``if``/``else``/... for line 
 The same RTL is built in several tops and configurations (the full device, ``DcohTestTop``, the
 CSR alone), each its own Verilog file. A point is identified independently of the file: by block,
 its module's path inside the block, a *variant* (the hash of the block's Verilog with the top's
-name taken out, so the DCOH inside the device and inside ``DcohTestTop`` of the same
-configuration are one variant and merge, while a 2x2 snoop filter is another), and its position
-relative to its module's first line. Counts of one point add up over runs.
+name taken out and its clock and reset named as in the ``sync`` domain, :func:`_one_domain`, so
+the DCOH inside the device, clocked by ``dev_clk``, and inside ``DcohTestTop``, by ``clk``, of
+the same configuration are one variant and merge, while a 2x2 snoop filter is another), and its
+position relative to its module's first line. Counts of one point add up over runs.
 """
 from __future__ import annotations
 
+import bisect
 import fnmatch
 import hashlib
 import re
@@ -29,6 +31,30 @@ __all__ = ["Point", "read_dat", "Coverage", "load", "KINDS"]
 KINDS = ("line", "toggle")
 _ENTRY = re.compile(r"^C '(.*)' (\d+)$")
 _MODULE = re.compile(r"^module (\\\S+|\w+)")
+
+
+def _one_domain(lines: list) -> tuple[list, set, dict]:
+    """A module's lines with its clock and reset named ``clk`` and ``rst`` when it has one input
+    of each, and (the second result: their indices) the lines declaring or connecting them
+    left out, and (the third) the renames. Amaranth names them after the clock domain
+    (``clk`` for ``sync``, ``dev_clk`` for ``dev``), and Yosys declares wires and connects
+    instance ports in name order, so in two tops with different domain names one block's
+    lines differ only there; a line point's position counts the lines before it without
+    those (:meth:`_VerilogFile.rel_line`), a toggle point's signal is renamed."""
+    drop, renames = set(), {}
+    text = "\n".join(lines)
+    for suffix in ("clk", "rst"):
+        names = set(re.findall(rf"^\s*input (\w*{suffix});$", text, re.M))
+        if len(names) != 1:
+            continue
+        renames[names.pop()] = suffix
+        name = re.escape(list(renames)[-1])
+        gone = re.compile(rf"^\s*((input|wire) {name};|\.\w+\({name}\),?)$")
+        drop |= {i for i, line in enumerate(lines) if gone.match(line)}
+        lines = [re.sub(rf"\b{name}\b", suffix, line) for line in lines]
+    # the last connection of an instance has no comma: commas ending lines go too
+    kept = [line.rstrip(",") for i, line in enumerate(lines) if i not in drop]
+    return kept, drop, renames
 
 
 @dataclass(frozen=True)
@@ -72,6 +98,8 @@ class _VerilogFile:
     starts: list = field(default_factory=list)    # (first line, module name), sorted
     variants: dict = field(default_factory=dict)  # block name -> variant hash
     text: list = field(default_factory=list)
+    dropped: dict = field(default_factory=dict)   # module's first line -> lines left out
+    renames: dict = field(default_factory=dict)   # module's first line -> {clock/reset: name}
 
     @classmethod
     def read(cls, path: Path) -> "_VerilogFile":
@@ -90,7 +118,9 @@ class _VerilogFile:
         bounds = [s for s, _ in mods] + [len(vf.text) + 1]
         for (start, name), end in zip(mods, bounds[1:]):
             block, rel = block_of(name)
-            body = "\n".join(vf.text[start - 1:end - 1]).replace(vf.top + ".", "TOP.")
+            kept, drop, vf.renames[start] = _one_domain(vf.text[start - 1:end - 1])
+            vf.dropped[start] = sorted(drop)
+            body = "\n".join(kept).replace(vf.top + ".", "TOP.")
             body = re.sub(r"\$\d+", "$", body)
             # the port list's order differs between tops of the same logic: sort it
             head, _, rest = body.partition(");")
@@ -102,6 +132,11 @@ class _VerilogFile:
                 h.update(rel.encode() + b"\0" + body.encode() + b"\0")
             vf.variants[b] = h.hexdigest()[:12]
         return vf
+
+    def rel_line(self, start: int, line: int) -> int:
+        """Position of ``line`` in the module starting at ``start``, not counting the lines
+        :func:`_one_domain` left out."""
+        return line - start - bisect.bisect_left(self.dropped.get(start, ()), line - start)
 
     def module_at(self, line: int) -> tuple[int, str]:
         lo, hi = 0, len(self.starts) - 1
@@ -158,8 +193,10 @@ class Coverage:
             # Yosys' numbered names (``port$2383$0``) differ between tops: the numbers go, and
             # the points they no longer tell apart are told apart by their order
             comment = re.sub(r"\$\d+", "$", demangle(f.get("o", "")))
+            sig, colon, rest = comment.partition(":")
+            comment = vf.renames.get(start, {}).get(sig, sig) + colon + rest
             slot = (block.name, variant, rel, kind, comment,
-                    line - start if kind == "line" else 0)
+                    vf.rel_line(start, line) if kind == "line" else 0)
             nth[slot] += 1
             p = Point(*slot, nth[slot] - 1)
             self.counts[p] += count

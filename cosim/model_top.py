@@ -50,6 +50,7 @@ CLOCK_PERIOD_SIGNAL = "clock_period_ns"   # on a top with its own clock: the per
 
 _DECL = re.compile(r"^\s*(input|output)\s+(?:wire\s+|reg\s+)?(\[[^\]]+\]\s*)?([A-Za-z_][\w$]*)\s*;",
                    re.M)
+_FUNCTION = re.compile(r"^\s*function\b.*?^\s*endfunction\b", re.M | re.S)
 _WIDTH = re.compile(r"\[\s*(\d+)\s*:\s*0\s*\]")
 
 
@@ -81,8 +82,13 @@ def design_ports(verilog_text: str, top: str) -> list[tuple[str, str, int]]:
     if m is None:
         raise ValueError(f"module {top} not found in the Verilog")
     end = verilog_text.index("endmodule", m.end())
+    # declarations inside functions are not ports (Yosys writes a netlist's $pmux cells as
+    # functions with inputs a, b, s)
+    functions = [(f.start(), f.end()) for f in _FUNCTION.finditer(verilog_text, m.end(), end)]
     out = []
     for d in _DECL.finditer(verilog_text, m.end(), end):
+        if any(a <= d.start() < b for a, b in functions):
+            continue
         rng = d.group(2)
         if rng is None:
             width = 1

@@ -70,6 +70,21 @@ def test_design_ports_in_order():
         design_ports("module ansi (input wire a);\nendmodule\n", "ansi")
 
 
+def test_design_ports_leave_out_the_inputs_of_functions():
+    """A Yosys netlist (a mutant build's) writes ``$pmux`` cells as functions inside the
+    module, with inputs ``a``, ``b``, ``s`` of their own: not ports of the design."""
+    netlist = DESIGN.replace("  reg [7:0] r;\n", """  reg [7:0] r;
+  function [7:0] _pmux;
+    input [7:0] a;
+    input [15:0] b;
+    input [1:0] s;
+    _pmux = s[0] ? b[7:0] : a;
+  endfunction
+""")
+    assert "function" in netlist
+    assert design_ports(netlist, "dut") == design_ports(DESIGN, "dut")
+
+
 def test_top_muxes_driven_inputs_and_lints(tmp_path):
     text = model_top(DESIGN, "dut", "sim_top", [_slot()])
     top = text[text.index("module sim_top"):]

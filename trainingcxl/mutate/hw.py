@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Bench", "Target", "TARGETS", "draw", "main"]
+__all__ = ["Bench", "Target", "TARGETS", "DEFAULT_TARGETS", "draw", "main"]
 
 OUTCOMES = ("killed", "timeout", "survived", "equivalent")
 
@@ -63,6 +63,8 @@ class Target:
     blocks: dict = field(default_factory=dict)
 
 
+_DEVICE_BLOCKS = ("update", "undo logger", "persist", "snapshot", "command processor")
+
 TARGETS = {
     "csr": Target("csr", "trainingcxl_csr", ("hw/csr/",), (
         Bench("tests.cosim.csr.test_csr", "", 6, ("CSR",)),), 0.25),
@@ -74,7 +76,16 @@ TARGETS = {
         Bench("tests.cosim.gather.test_gather", "bench_config", 8, ("gather", "DCOH")),
         Bench("tests.cosim.coherent_lookup.test_coherent_lookup", "bench_config", 2,
               ("gather", "DCOH"))), 0.30),
+    # the full device (with its compiled models: cosim.build.device_build) for the blocks
+    # only it holds; not in the default draw, so the default campaign stays what it was
+    "device": Target("device", "trainingcxl_device",
+                     ("hw/update/", "hw/undolog/", "hw/persist/", "hw/snapshot/", "hw/cmdproc/"), (
+        Bench("tests.cosim.device.test_device", "bench_config", 17, _DEVICE_BLOCKS),
+        Bench("tests.cosim.media.test_media", "bench_config", 31, _DEVICE_BLOCKS),
+        Bench("tests.cosim.snapshot.test_snapshot", "bench_config", 10,
+              ("snapshot", "persist", "command processor"))), 1.0),
 }
+DEFAULT_TARGETS = ("csr", "dcoh", "lookup")
 
 
 def _component(target: str):
@@ -88,6 +99,9 @@ def _component(target: str):
     if target == "lookup":
         from hw.testtops.lookup_slice import LookupSlice
         return LookupSlice(DeviceConfig())
+    if target == "device":
+        from hw.top import TrainingCXLDevice
+        return TrainingCXLDevice(DeviceConfig())
     raise ValueError(f"unknown target {target!r}")
 
 
@@ -173,10 +187,14 @@ def _builds(targets: list[str], list_file: Path, log=print) -> dict:
         for t in targets:
             t0 = time.monotonic()
             tgt = TARGETS[t]
-            text = cb.generate_verilog(_component(t), name=tgt.top)
+            if t == "device":
+                from hw.config import DeviceConfig
+                text = cb.device_verilog(DeviceConfig(), name=tgt.top)
+            else:
+                text = cb.generate_verilog(_component(t), name=tgt.top)
             if cb.MUTANT_MARKER not in text:
                 raise RuntimeError(f"{t}: the list does not name this design (stale list?)")
-            b = cb.build(text, top=tgt.top)
+            b = cb.device_build(DeviceConfig()) if t == "device" else cb.build(text, top=tgt.top)
             out[t] = {"build_dir": str(b.build_dir), "top": b.top, "key": b.key}
             log(f"mutate-hw: {t}: mutant build {b.build_dir} ({time.monotonic() - t0:.0f} s)")
     finally:
@@ -293,8 +311,9 @@ def _parser():
                    help="mutants to draw over the targets (default 300)")
     p.add_argument("--seed", type=int, default=1,
                    help="seed of the draw (Yosys mutate -seed) and of the benches (default 1)")
-    p.add_argument("--targets", default=",".join(TARGETS),
-                   help=f"comma-separated bench tops (default {','.join(TARGETS)})")
+    p.add_argument("--targets", default=",".join(DEFAULT_TARGETS),
+                   help=f"comma-separated bench tops (default {','.join(DEFAULT_TARGETS)}; "
+                        f"also: {', '.join(t for t in TARGETS if t not in DEFAULT_TARGETS)})")
     p.add_argument("--timeout-factor", type=float, default=8.0, metavar="F",
                    help="a mutant's bench times out after F times the unmutated run "
                         "(at least 60 s; default 8)")

@@ -144,3 +144,17 @@ def test_summary_score_counts_timeouts_as_killed_and_leaves_equivalent_out():
 def test_block_of_src(src, block):
     from trainingcxl.mutate.hw import block_of_src
     assert block_of_src(src) == block
+
+
+def test_device_target_is_not_in_the_default_draw_and_its_benches_cover_its_blocks():
+    """The full-device target (update, undo logger, persist, snapshot, command processor) is
+    chosen with ``--targets device``; the default draw stays over csr, dcoh and lookup, so a
+    campaign of the default command draws the mutants it drew before."""
+    from trainingcxl.coverage.blocks import BLOCKS
+    from trainingcxl.mutate.hw import DEFAULT_TARGETS, TARGETS, _parser, block_of_src
+    assert _parser().parse_args([]).targets == "csr,dcoh,lookup" == ",".join(DEFAULT_TARGETS)
+    dev = TARGETS["device"]
+    names = {b.name for b in BLOCKS}
+    for src in dev.sources:
+        block = block_of_src(src + "x.py:1")
+        assert block in names and any(block in b.blocks for b in dev.benches), src

@@ -7,14 +7,14 @@ slots, superblock, staging) and the error/ring/IRQ CSRs.
 
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every
 AXI channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's
-row tracker (its ways and victim CAM full, repeats joining); two aborted attempts of a batch with
-logged-set overflow (re-logging, recovery epoch); re-logging a row whose previous update is
-still in flight (a bug this test found: the record held the row from before that update);
-doorbell before recovery and CSR misuse; a sweep of every register of the map; ring errors (RING_CONFIG,
-DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while busy); every
-descriptor-level error followed by recovery of the partly applied UPDATEs; the command
-processor's width checks before the engine checks (completions also checked against the
-contract's expected status/value); the interrupt line.
+row tracker (its ways and victim CAM full, repeats joining); two aborted attempts of a batch
+with logged-set overflow (re-logging, recovery epoch); re-logging a row whose previous update
+is still in flight (a bug this test found: the record held the row from before that update);
+doorbell before recovery and CSR misuse; a sweep of every register of the map; ring errors
+(RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while
+busy); every descriptor-level error followed by recovery of the partly applied UPDATEs; the
+command processor's width checks before the engine checks (completions also checked against
+the contract's expected status/value); the interrupt line.
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -514,8 +514,8 @@ def _error_cases(tb, committed):
         ("COMMIT batch 0", commit(0, tag=9)),
         ("COMMIT batch 2^64-1", commit(2**64 - 1, tag=10)),
         ("LOOKUP without LOG, any batch", lk(log=False, batch=12345, tag=11)),
-        ("LOOKUP BAD_DIM 48", lk(table=3, tag=12)),
-        ("UPDATE BAD_DIM 48", up(table=3, tag=13)),
+        ("LOOKUP BAD_DIM 304", lk(table=3, tag=12)),
+        ("UPDATE BAD_DIM 304", up(table=3, tag=13)),
         ("LOOKUP DIM 2^16", lk(table=4, tag=14)),
         ("UPDATE DIM 2^16", up(table=4, tag=15)),
         ("LOOKUP table base unaligned", lk(table=5, tag=16)),
@@ -564,7 +564,8 @@ async def device_descriptor_errors_and_rollback(dut):
     specs = [(0, 64, 16, 0.0), (1, 40, 32, 0.0), (2, 16, 128, 0.0)]
     await setup_tables(tb, specs)
     t0 = tb.tables[0][0]
-    bad_dir = [(3, t0, 8, 48), (4, t0, 8, 1 << 16), (5, t0 + 4, 8, 16),
+    # table 3: a multiple of 16 that is not a row width, with bit 8 set (304 = 0x130)
+    bad_dir = [(3, t0, 8, 304), (4, t0, 8, 1 << 16), (5, t0 + 4, 8, 16),
                (6, 1 << cfg.addr_bits, 4, 16), (7, cfg.staging_base, 4, 16)]
     for tid, base, rows, dim in bad_dir:
         await tb.set_table(tid, base, rows, dim)

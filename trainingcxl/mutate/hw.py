@@ -3,8 +3,8 @@
     python -m trainingcxl.mutate.hw [--mutants 300] [--seed 1] [--targets csr,dcoh,lookup]
                                     [--workers N] [--timeout-factor 8] [--out build/mutate]
 
-mcy-style: each *target* is a bench top (``hw/testtops/`` or the CSR block) with the cosim
-benches that run on it. Its design goes through Yosys once (``cosim.mutants``): ``mutate -list``
+mcy-style: each *target* is a bench top (``hw/testtops/`` or the CSR block; the full device,
+``--targets device``, for the blocks only it holds) with the cosim benches that run on it. Its design goes through Yosys once (``cosim.mutants``): ``mutate -list``
 draws candidates evenly over the netlist, the ones whose source attribute points into the
 target's blocks (``hw/...`` files, :data:`TARGETS`) are kept, and one Verilator build per target
 holds all of them behind an internal selector. A mutant's run is a simulator launch of each

@@ -174,8 +174,8 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
     PMEM latency 200: 8 rows fill the set's ways, the next 16 all victims, each twice in a
     row (the repeat joins the entry while its row is in flight: a repeat that read the row
     instead would read it before the first update's write), the last 16 wait for a free
-    entry, then every row again in a random order; the tables, log and completions equal the
-    model."""
+    entry (PERF_UPD_STALLS counts at least the 200-cycle write latency they wait), then every
+    row again in a random order; the tables, log and completions equal the model."""
     from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=200, name=f"tracker_set/dim{dim}")
     cfg = tb.cfg
@@ -198,10 +198,16 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
     assert o[-1] == len(idx), o
     oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
     g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
-                  update(0, nb, oa, ia, tb.stage_i32(g), batch=1, tag=2),
-                  commit(1, tag=3)], "one tracker set")
+    cpls = await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
+                         update(0, nb, oa, ia, tb.stage_i32(g), batch=1, tag=2),
+                         commit(1, tag=3)], "one tracker set")
     await tb.check("after the UPDATE of one tracker set")
+    # the 25th distinct row waits for a free entry: at least one write round trip (latency
+    # 200) passes before the first row's write is acknowledged; the wait is counted in
+    # PERF_UPD_STALLS (cycles an item waited in the hazard check) within the UPDATE's cycles
+    stalls = await tb.drv.read("PERF_UPD_STALLS")
+    assert 200 <= stalls <= cpls[1]["cycles"], tb.where(
+        f"PERF_UPD_STALLS {stalls}, UPDATE cycles {cpls[1]['cycles']}")
 
 
 @cocotb.test()

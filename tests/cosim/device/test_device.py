@@ -7,7 +7,8 @@ slots, superblock, staging) and the error/ring/IRQ CSRs.
 
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every
 AXI channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's
-row tracker (its ways and victim CAM full, repeats joining); two aborted attempts of a batch
+row tracker (its ways and victim CAM full, repeats joining); recovery of an undo log longer
+than the recovery scan's window; two aborted attempts of a batch
 with logged-set overflow (re-logging, recovery epoch); re-logging a row whose previous update
 is still in flight (a bug this test found: the record held the row from before that update);
 doorbell before recovery and CSR misuse; a sweep of every register of the map; ring errors
@@ -208,6 +209,39 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
     stalls = await tb.drv.read("PERF_UPD_STALLS")
     assert 200 <= stalls <= cpls[1]["cycles"], tb.where(
         f"PERF_UPD_STALLS {stalls}, UPDATE cycles {cpls[1]['cycles']}")
+
+
+@cocotb.test()
+async def device_recovery_beyond_the_scan_window(dut):
+    """An open batch whose undo log holds more records than the recovery scan's window
+    (``log_window`` + 64, one per distinct row: LOOKUP+LOG, then an UPDATE of the same rows),
+    cut by a power cycle: recovery finds the log's end past the window and rolls every row
+    back; tables, log and RECOVERED_RECORDS equal the model."""
+    tb = DeviceTB(dut, latency=8, name="scan_window")
+    cfg = tb.cfg
+    n = cfg.log_window + 64
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, [(0, 2 * n, 16, 0.0)])
+    await tb.set_lr(lr_q(tb, 0.25))
+    await tb.configure_ring(RING)
+    nb = 33
+    idx = tb.rng.permutation(2 * n)[:n].astype(np.uint32)
+    o = (np.arange(nb + 1) * (n // nb)).astype(np.uint32)
+    assert o[-1] == n, o
+    oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
+    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, 16)))
+    before = tb.table_bytes(0)
+    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * 64), batch=1, tag=1),
+                  update(0, nb, oa, ia, g, batch=1, tag=2)], f"{n} rows logged and updated")
+    assert tb.table_bytes(0) != before, tb.where("the UPDATE changed nothing")
+    specs = [(t, r, d) for t, (_, r, d) in tb.tables.items()]   # power_on forgets them
+    await tb.power_on()
+    await tb.recover()
+    assert tb.model.recovered_records == n, tb.where(f"model recovered "
+                                                     f"{tb.model.recovered_records}")
+    await tb.check("after recovery of a log longer than the scan window")
+    assert tb.table_bytes_at(specs, 0) == before, tb.where("rows not rolled back")
 
 
 @cocotb.test()
@@ -735,7 +769,7 @@ async def device_irq_line(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 17     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 18     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

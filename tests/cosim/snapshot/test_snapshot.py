@@ -199,6 +199,24 @@ async def snap_sweep_lengths_and_offsets(dut, timing):
         assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (target + 1, e)
 
 
+@cocotb.test()
+async def snap_large_payload(dut):
+    """A payload of 8201 lines and 37 bytes (525 KB: the line count has bit 13 set, above the
+    sweep's lengths): the slot holds the contract's header, the whole payload and untouched
+    guard bytes after it; everything equals the model."""
+    tb = await start(dut, "large", latency=4, tables=False)
+    sa = slot_geometry(tb.cfg)[0]
+    length = 8201 * 64 + 37
+    lines = -(-length // 64)
+    guard(tb, sa, lines + 3)
+    src, payload = stage_params(tb, length, 5)
+    e = tb.model.committed + 1
+    got = await tb.run([snap(e, src, length, tag=1), commit(e, tag=2)], "large snapshot")
+    assert (got[0]["status"], got[0]["lines"]) == (E.OK, lines), tb.where(f"completion {got[0]}")
+    await check_all(tb, "after the large snapshot")
+    check_slot(tb, sa, e, payload, sa + 64 * (lines + 3), "large snapshot")
+
+
 # ---------------------------------------------------------------------------- 2. background
 @cocotb.test()
 async def snap_background_overlap(dut):
@@ -514,7 +532,7 @@ async def snap_csrs(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 10     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
+MIN_TESTS = 11     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

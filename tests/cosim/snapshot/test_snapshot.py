@@ -471,6 +471,28 @@ async def snap_recovery_picks_newest_valid(dut):
 
 
 @cocotb.test()
+async def snap_large_epochs(dut):
+    """Batch numbers past 2^32 + 2^27 (the superblock's committed batch set by backdoor on both
+    sides, then recovered): SNAPSHOT and COMMIT of the next batch, a power cycle, and recovery
+    reports that epoch in MLP_EPOCH and its slot; everything equals the model."""
+    tb = await start(dut, "large_epochs", latency=8, tables=False)
+    c = (1 << 32) + (1 << 27) + 5
+    await tb.power_on()
+    tb.poke(tb.cfg.superblock_base + SB_COMMITTED, c.to_bytes(8, "little"))
+    assert await tb.recover() == c
+    await tb.configure_ring(RING)
+    e = c + 1
+    src, payload = stage_params(tb, 200, 3)
+    await tb.run([snap(e, src, len(payload), tag=1), commit(e, tag=2)], f"snapshot {e:#x}")
+    await check_all(tb, "after the snapshot of a large epoch")
+    await tb.power_on()
+    assert await tb.recover() == e
+    await check_all(tb, "after recovery")
+    st = await tb.drv.mlp_state()
+    assert (st["slot"], st["epoch"]) == (1, e), tb.where(f"chose {st}, contract (1, {e:#x})")
+
+
+@cocotb.test()
 async def snap_power_failure_during_copy(dut):
     """Power fails while a 64 KiB SNAPSHOT of epoch C (<= C, so recovery would take it) is being
     copied into slot B: the torn slot fails its CRC and recovery picks slot A; the model,
@@ -532,7 +554,7 @@ async def snap_csrs(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 11     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
+MIN_TESTS = 12     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

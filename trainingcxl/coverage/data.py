@@ -47,8 +47,9 @@ def _one_domain(lines: list) -> tuple[list, set, dict]:
         names = set(re.findall(rf"^\s*input (\w*{suffix});$", text, re.M))
         if len(names) != 1:
             continue
-        renames[names.pop()] = suffix
-        name = re.escape(list(renames)[-1])
+        orig = names.pop()
+        renames[orig] = suffix
+        name = re.escape(orig)
         gone = re.compile(rf"^\s*((input|wire) {name};|\.\w+\({name}\),?)$")
         drop |= {i for i, line in enumerate(lines) if gone.match(line)}
         lines = [re.sub(rf"\b{name}\b", suffix, line) for line in lines]

@@ -4,10 +4,11 @@
                                     [--workers N] [--timeout-factor 8] [--out build/mutate]
 
 mcy-style: each *target* is a bench top (``hw/testtops/`` or the CSR block; the full device,
-``--targets device``, for the blocks only it holds) with the cosim benches that run on it. Its design goes through Yosys once (``cosim.mutants``): ``mutate -list``
-draws candidates evenly over the netlist, the ones whose source attribute points into the
-target's blocks (``hw/...`` files, :data:`TARGETS`) are kept, and one Verilator build per target
-holds all of them behind an internal selector. A mutant's run is a simulator launch of each
+``--targets device``, for the blocks only it holds) with the cosim benches that run on it. Its
+design goes through Yosys once (``cosim.mutants``): ``mutate -list`` draws candidates evenly
+over the netlist, the ones whose source attribute points into the target's blocks (``hw/...``
+files, :data:`TARGETS`) are kept, and one Verilator build per target holds all of them behind
+an internal selector. A mutant's run is a simulator launch of each
 selected bench with ``TRAININGCXL_MUTANT=<id>`` (``+mutsel=<id>``), in a child process killed
 after ``--timeout-factor`` times the unmutated run's time.
 
@@ -80,9 +81,9 @@ TARGETS = {
     # only it holds; not in the default draw, so the default campaign stays what it was
     "device": Target("device", "trainingcxl_device",
                      ("hw/update/", "hw/undolog/", "hw/persist/", "hw/snapshot/", "hw/cmdproc/"), (
-        Bench("tests.cosim.device.test_device", "bench_config", 17, _DEVICE_BLOCKS),
+        Bench("tests.cosim.device.test_device", "bench_config", 18, _DEVICE_BLOCKS),
         Bench("tests.cosim.media.test_media", "bench_config", 31, _DEVICE_BLOCKS),
-        Bench("tests.cosim.snapshot.test_snapshot", "bench_config", 10,
+        Bench("tests.cosim.snapshot.test_snapshot", "bench_config", 12,
               ("snapshot", "persist", "command processor"))), 1.0),
 }
 DEFAULT_TARGETS = ("csr", "dcoh", "lookup")

@@ -8,9 +8,8 @@ slots, superblock, staging) and the error/ring/IRQ CSRs.
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every
 AXI channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's
 row tracker (its ways and victim CAM full, repeats joining); recovery of an undo log longer
-than the recovery scan's window; two aborted attempts of a batch
-with logged-set overflow (re-logging, recovery epoch); re-logging a row whose previous update
-is still in flight (a bug this test found: the record held the row from before that update);
+than the recovery scan's window; two aborted attempts of a batch with logged-set overflow
+(re-logging, recovery epoch); re-logging a row whose previous update is still in flight (a bug this test found: the record held the row from before that update);
 doorbell before recovery and CSR misuse; a sweep of every register of the map; ring errors
 (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while
 busy); every descriptor-level error followed by recovery of the partly applied UPDATEs; the
@@ -38,7 +37,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cosim import build as cb
 from cosim.tb.config import BenchConfig
 from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
-from hw.config import DeviceConfig
+from hw.config import REGIONS, DeviceConfig
 from hw.encodings import LOG_SLOT_BYTES
 
 RING = 16
@@ -399,9 +398,9 @@ async def device_csr_map_sweep(dut):
     want = {"ID": 0x5443_5843, "VERSION": 0x0001_0000, "CAP_TABLES": 8,
             "CAP_FRAC_BITS": cfg.frac_bits,
             "CAP_LOG_SET_ROWS": cfg.log_set_sets * cfg.log_set_ways,
-            "CAP_LOG_WINDOW": cfg.log_window, "CAP_LOG_SLOTS": cfg.log_size // (9 * 64),
+            "CAP_LOG_WINDOW": cfg.log_window, "CAP_LOG_SLOTS": cfg.log_slots,
             "STATUS": mp.pack("STATUS", READY=1), "ERR_CODE": 0, "ERR_COUNT": 0}
-    for r in ("table", "log", "superblock", "slots", "staging"):
+    for r in REGIONS:
         for what in ("base", "size"):
             v = getattr(cfg, f"{r}_{what}")
             want[f"REGION_{r.upper()}_{what.upper()}_LO"] = v & 0xFFFF_FFFF

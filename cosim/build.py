@@ -395,18 +395,27 @@ def device_build(cfg, *, own_clock: bool = False, **kw) -> "Build":
     faster (docs/benchmarks.md). Only for runs whose models are all compiled
     (``BenchConfig.compiled_only``): the Python models refuse such a top
     (:func:`cosim.model_top.require_cocotb_clock`). A separate build of the configuration."""
-    from cosim.csr_cpp.wrapper import CPP_SOURCE as CSR_CPP, csr_slot
-    from cosim.host_cpp.wrapper import CPP_SOURCE as HOST_CPP, host_slot
+    from cosim.csr_cpp.wrapper import CPP_SOURCE as CSR_CPP
+    from cosim.host_cpp.wrapper import CPP_SOURCE as HOST_CPP
+    from cosim.pmem_cpp.wrapper import CPP_SOURCE as PMEM_CPP
+    if own_clock:
+        kw["extra_args"] = ("--timing", *kw.get("extra_args", ()))
+    return build(device_sim_verilog(cfg, own_clock=own_clock), top=DEVICE_SIM_TOP,
+                 cpp_sources=(PMEM_CPP, HOST_CPP, CSR_CPP), **kw)
+
+
+def device_sim_verilog(cfg, *, own_clock: bool = False) -> str:
+    """The Verilog :func:`device_build` compiles: :func:`device_verilog` of ``cfg`` in the
+    :mod:`cosim.model_top` top with the three model slots."""
+    from cosim.csr_cpp.wrapper import csr_slot
+    from cosim.host_cpp.wrapper import host_slot
     from cosim.model_top import model_top
-    from cosim.pmem_cpp.wrapper import CPP_SOURCE as PMEM_CPP, pmem_slot
+    from cosim.pmem_cpp.wrapper import pmem_slot
     v = device_verilog(cfg)
     top = "trainingcxl_device"
     slots = [pmem_slot(v, top), host_slot(v, top), csr_slot(v, top)]
-    if own_clock:
-        kw["extra_args"] = ("--timing", *kw.get("extra_args", ()))
-    return build(model_top(v, top, DEVICE_SIM_TOP, slots,
-                           clock_ns=DEVICE_CLOCK_NS if own_clock else None),
-                 top=DEVICE_SIM_TOP, cpp_sources=(PMEM_CPP, HOST_CPP, CSR_CPP), **kw)
+    return model_top(v, top, DEVICE_SIM_TOP, slots,
+                     clock_ns=DEVICE_CLOCK_NS if own_clock else None)
 
 
 def _tool_versions() -> str:

@@ -246,3 +246,25 @@ def test_one_block_in_tops_with_other_domain_names_merges(tmp_path):
     t.write_text(t.read_text().replace("x <= 1", "x <= a[0]"))
     pts = [p for p in data.load([a, b]).counts if p.block == "DCOH"]
     assert len({p.variant for p in pts}) == 2, pts
+
+
+def test_headline_is_the_default_configurations_variant(tmp_path):
+    """Two builds of the full device (the default configuration and another) give one block
+    two variants; the headline is the one ``block_variants`` computes from the default
+    configuration's Verilog even when the other variant is the larger, and without that
+    choice the larger one."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = _dcoh_in("trainingcxl_device", "dev_clk", "dev_rst", tmp_path / "a")
+    b = _dcoh_in("trainingcxl_device", "dev_clk", "dev_rst", tmp_path / "b")
+    t = tmp_path / "b" / "trainingcxl_device.v"
+    t.write_text(t.read_text().replace("x <= 1", "x <= a[0]"))
+    with open(b, "a") as f:      # the other configuration's block has one more point
+        f.write(_point(t, 3, "toggle", "trainingcxl_device.dcoh", "a[0]:0->1", 0))
+    cov = data.load([a, b])
+    default = data.block_variants((tmp_path / "a" / "trainingcxl_device.v").read_text())
+    assert set(default) == {"DCOH", "top"}, default
+    assert report.summarise(cov, [])["blocks"]["DCOH"]["variant"] != default["DCOH"]
+    s = report.summarise(cov, [], headline=default)["blocks"]["DCOH"]
+    assert s["variant"] == default["DCOH"] and s["toggle"]["total"] == 1, s
+    assert len(s["other_variants"]) == 1

@@ -62,6 +62,18 @@ def _device_sources(cov) -> dict:
     return out
 
 
+def _default_variants(cov) -> dict:
+    """Block -> variant of the full device's default configuration (the Verilog its simulation
+    build compiles, generated or taken from the cache), when the coverage includes a device
+    build: the headline of each block (another configuration's device, such as the 136-slot
+    log of ``test_device_log_full``, is reported as another variant)."""
+    if not any(report.DEFAULT_TOP in tops for tops in cov.variant_tops.values()):
+        return {}
+    from cosim.build import device_sim_verilog
+    from hw.config import DeviceConfig
+    return data.block_variants(device_sim_verilog(DeviceConfig()))
+
+
 def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None = None,
                   sources: bool = True) -> dict:
     files = sorted((out / "dat").glob("*.dat"))
@@ -71,7 +83,8 @@ def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None =
     cov = data.load(files)
     rules = report.load_exclusions(exclusions)
     meta = {**(meta or {}), **_verilator_coverage(files, out)}
-    summary = report.summarise(cov, rules, meta, _device_sources(cov) if sources else None)
+    summary = report.summarise(cov, rules, meta, _device_sources(cov) if sources else None,
+                               _default_variants(cov) if sources else None)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     report.write_html(cov, rules, summary, out / "html")
     from trainingcxl.coverage import functional

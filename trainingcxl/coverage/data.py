@@ -103,9 +103,9 @@ class _VerilogFile:
     renames: dict = field(default_factory=dict)   # module's first line -> {clock/reset: name}
 
     @classmethod
-    def read(cls, path: Path) -> "_VerilogFile":
+    def read(cls, path: Path, text: str | None = None) -> "_VerilogFile":
         vf = cls(path=path)
-        vf.text = path.read_text(errors="replace").splitlines()
+        vf.text = (path.read_text(errors="replace") if text is None else text).splitlines()
         mods = []
         for i, line in enumerate(vf.text, 1):
             m = _MODULE.match(line)
@@ -211,6 +211,12 @@ class Coverage:
         path, line, _ = self.where[p]
         text = self._vf(path).text
         return text[line - 1].strip() if 0 < line <= len(text) else ""
+
+
+def block_variants(verilog_text: str) -> dict[str, str]:
+    """Block name -> variant hash of each block in one generated Verilog text (as the points
+    of a build of that text are identified)."""
+    return _VerilogFile.read(Path("<text>"), verilog_text).variants
 
 
 def load(files) -> Coverage:

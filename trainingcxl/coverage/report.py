@@ -42,10 +42,13 @@ def _pct(hit: int, total: int):
 
 
 def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
-              sources: dict | None = None) -> dict:
+              sources: dict | None = None, headline: dict | None = None) -> dict:
     """Per-block figures. ``sources`` ((block, module path in block) -> Amaranth source file,
     from :func:`trainingcxl.coverage.blocks.module_sources`) adds a per-module breakdown of the
-    headline variant naming the file each module was elaborated from."""
+    headline variant naming the file each module was elaborated from. ``headline`` (block ->
+    variant: the default configuration's, :func:`trainingcxl.coverage.data.block_variants`)
+    chooses each block's headline variant; without it (or for a block whose variant did not
+    run) the largest variant built in the full device, else the largest."""
     per = defaultdict(lambda: {k: [0, 0] for k in KINDS})      # (block, variant) -> kind -> [hit, total]
     per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
     excl_per = defaultdict(lambda: {k: 0 for k in KINDS})
@@ -76,7 +79,8 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
             })
         if not variants:
             continue
-        variants.sort(key=lambda v: (DEFAULT_TOP not in v["tops"],
+        want = (headline or {}).get(b.name)
+        variants.sort(key=lambda v: (v["variant"] != want, DEFAULT_TOP not in v["tops"],
                                      -sum(v[k]["total"] for k in KINDS)))
         head, rest = variants[0], variants[1:]
         modules = {}
@@ -89,7 +93,8 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     return {
         **(meta or {}),
         "metric": "Verilator line points and toggle points (per bit and direction) hit/total, "
-                  "after exclusions; headline = the block as built in the full device",
+                  "after exclusions; headline = the block as built in the full device's default "
+                  "configuration",
         "coverage_files": len(cov.files),
         "exclusions": [{**r, "points": rule_hits[i]} for i, r in enumerate(rules)],
         "blocks": blocks,

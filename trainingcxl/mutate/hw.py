@@ -81,7 +81,7 @@ TARGETS = {
     # only it holds; not in the default draw, so the default campaign stays what it was
     "device": Target("device", "trainingcxl_device",
                      ("hw/update/", "hw/undolog/", "hw/persist/", "hw/snapshot/", "hw/cmdproc/"), (
-        Bench("tests.cosim.device.test_device", "bench_config", 18, _DEVICE_BLOCKS),
+        Bench("tests.cosim.device.test_device", "bench_config", 19, _DEVICE_BLOCKS),
         Bench("tests.cosim.media.test_media", "bench_config", 31, _DEVICE_BLOCKS),
         Bench("tests.cosim.snapshot.test_snapshot", "bench_config", 12,
               ("snapshot", "persist", "command processor"))), 1.0),

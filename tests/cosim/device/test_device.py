@@ -35,10 +35,11 @@ import pytest
 from cocotb.triggers import ClockCycles, RisingEdge
 
 from cosim import build as cb
+from cosim.device_driver import DeviceDriver
 from cosim.tb.config import BenchConfig
 from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
 from hw.config import REGIONS, DeviceConfig
-from hw.encodings import LOG_SLOT_BYTES
+from hw.encodings import CPL_BYTES, DESC_BYTES, LOG_SLOT_BYTES, N_TABLES, SB_FIELDS
 
 RING = 16
 
@@ -767,8 +768,109 @@ async def device_irq_line(dut):
     w.cancel()
 
 
+class ScatterAlloc:
+    """Allocations at random places of a region: each takes its own randomly chosen 1 MiB slot
+    of ``[base, base + size)`` and a random line-aligned offset inside it, so the addresses a
+    test uses take every bit of the region's offset both ways (the bump allocators of
+    :class:`DeviceTB` keep to the region's first lines)."""
+
+    def __init__(self, rng, base, size, slot=1 << 20):
+        self.rng, self.base, self.slot = rng, base, slot
+        self.free = [int(s) for s in rng.permutation(size // slot)]
+
+    def alloc(self, nbytes, align=64):
+        assert 0 <= nbytes <= self.slot // 2 and 64 % align == 0, (nbytes, align)
+        s = self.free.pop()
+        return (self.base + s * self.slot
+                + int(self.rng.integers(0, (self.slot - nbytes) // 64)) * 64)
+
+
+@cocotb.test()
+async def device_full_range_fields(dut):
+    """Addresses, batch numbers, epochs, tags, table ids and LRs across their whole ranges (the
+    other tests keep to small values, low addresses and batch 1): the committed batch and the
+    recovery epoch set past 2^40 in the superblock by backdoor on both sides and recovered;
+    four tables with random ids and dims, each with up to 2^27 rows at a random base of the
+    table region (only the rows used are written); descriptors, index lists, gradients,
+    outputs and both rings at random places of the staging region; random 32-bit tags and
+    LRs. Two batches (LOOKUP+LOG, LOOKUP without LOG, UPDATE, COMMIT), then a third cut by a
+    power cycle after its UPDATEs and rolled back by recovery; after each step the memory
+    image, completions and CSRs equal the model."""
+    tb = DeviceTB(dut, latency=16, stall=0.1, name="full_range")
+    cfg, rng = tb.cfg, tb.rng
+    sb = {n: off for n, off, _ in SB_FIELDS}
+    await tb.power_on()
+    await tb.recover()
+    c = int(rng.integers(1 << 40, 1 << 62))
+    tb.poke(cfg.superblock_base + sb["committed"], c.to_bytes(8, "little"))
+    tb.poke(cfg.superblock_base + sb["recovery_epoch"],
+            int(rng.integers(1 << 40, 1 << 62)).to_bytes(8, "little"))
+    await tb.power_on()
+    assert await tb.recover() == c, tb.where("committed batch not recovered")
+    await tb.check("after recovering a large committed batch")
+    tb.salloc = ScatterAlloc(rng, cfg.staging_base, cfg.staging_size)
+    tids = [int(t) for t in rng.choice(N_TABLES, 4, replace=False)]
+    tspace = ScatterAlloc(rng, cfg.table_base, cfg.table_size, slot=cfg.table_size // 4)
+    used = {}
+    for tid, dim in zip(tids, rng.permutation([16, 32, 64, 128])):
+        dim = int(dim)
+        rows = int(rng.integers(1 << 20, (cfg.table_size // 4) // (dim * 4) // 2))
+        base = tspace.alloc(0)
+        base -= base % (cfg.table_size // 4)
+        base += int(rng.integers(0, (cfg.table_size // 4 - rows * dim * 4) // 64)) * 64
+        await tb.set_table(tid, base, rows, dim)
+        used[tid] = rng.integers(0, rows, 12)
+        for r in used[tid]:
+            tb.poke(base + int(r) * dim * 4,
+                    rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.configure_ring(RING, cmd_base=tb.salloc.alloc(DESC_BYTES * RING),
+                            cpl_base=tb.salloc.alloc(CPL_BYTES * RING))
+    await tb.set_lr(int(rng.integers(1, 1 << cfg.frac_bits)))
+
+    def batch(b, log=True):
+        looks, upds = [], []
+        for tid in tids:
+            _, _, dim = tb.tables[tid]
+            nb = int(rng.integers(2, 6))
+            lens = rng.integers(0, 5, nb)
+            o = np.concatenate([[0], np.cumsum(lens)]).astype(np.uint32)
+            i = rng.choice(used[tid], int(o[-1])).astype(np.uint32)
+            oa, ia = tb.stage_u32(o), tb.stage_u32(i)
+            tag = int(rng.integers(0, 1 << 32))
+            looks.append(lookup(tid, nb, oa, ia, tb.out_area(nb * dim * 4), batch=b, tag=tag,
+                                log=log))
+            g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+            lr = int(rng.integers(1, 1 << cfg.frac_bits)) if rng.random() < 0.5 else None
+            upds.append(update(tid, nb, oa, ia, tb.stage_i32(g), batch=b, tag=tag ^ 0xFFFF_FFFF,
+                               lr=lr))
+        tid = tids[0]
+        o = np.array([0, 2, 3], np.uint32)
+        infer = lookup(tid, 2, tb.stage_u32(o), tb.stage_u32(rng.choice(used[tid], 3)),
+                       tb.out_area(2 * tb.tables[tid][2] * 4), log=False,
+                       batch=int(rng.integers(0, 1 << 64, dtype=np.uint64)),
+                       tag=int(rng.integers(0, 1 << 32)))
+        return looks + [infer] + upds
+
+    for b in (c + 1, c + 2):
+        n = int(rng.integers(1, 4000))
+        src = tb.stage(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+        got = await tb.run(batch(b) + [
+            DeviceDriver.snapshot_desc(b, src, n, int(rng.integers(0, 1 << 32))),
+            commit(b, tag=int(rng.integers(0, 1 << 32)))], f"batch {b:#x}")
+        assert all(g["status"] == E.OK for g in got), tb.where(f"batch {b:#x}: {got}")
+        await tb.drv.wait_snapshot_idle()       # the model copies at once, the RTL behind
+        await tb.check(f"after batch {b:#x}")
+    await tb.run(batch(c + 3), f"batch {c + 3:#x} without its COMMIT")
+    await tb.check(f"batch {c + 3:#x} applied, not committed")
+    await tb.power_on()
+    assert await tb.recover() == c + 2, tb.where("recovery did not roll back to c + 2")
+    await tb.check("after the rollback of the uncommitted batch")
+    st = await tb.drv.mlp_state()
+    assert st["epoch"] == c + 2 and st["slot"] in (1, 2), tb.where(f"MLP state {st}")
+
+
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 18     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 19     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,7 @@
 """``trainingcxl coverage``: code (and functional) coverage of the RTL under chosen cosim areas.
 
-    trainingcxl coverage [--areas device,dcoh,train] [--seed S] [--out build/coverage]
+    trainingcxl coverage [--areas device,dcoh,train,csr,snapshot,media] [--seed S]
+                         [--out build/coverage]
     trainingcxl coverage --merge-only [--out DIR]      re-summarise DIR/dat/*.dat
 
 Runs ``pytest tests/cosim/<area>`` for each area with ``TRAININGCXL_COVERAGE=<out>/dat``, so every
@@ -24,7 +25,7 @@ from pathlib import Path
 
 from trainingcxl.coverage import data, report
 
-DEFAULT_AREAS = ("device", "dcoh", "train")
+DEFAULT_AREAS = ("device", "dcoh", "train", "csr", "snapshot", "media")
 
 
 def _verilator_coverage(files, out: Path) -> dict:

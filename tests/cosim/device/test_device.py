@@ -14,7 +14,8 @@ doorbell before recovery and CSR misuse; a sweep of every register of the map; r
 (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while
 busy); every descriptor-level error followed by recovery of the partly applied UPDATEs; the
 command processor's width checks before the engine checks (completions also checked against
-the contract's expected status/value); the interrupt line.
+the contract's expected status/value); the interrupt line; addresses, batch numbers, epochs,
+tags and table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in

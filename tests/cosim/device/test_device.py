@@ -390,8 +390,8 @@ async def device_csr_map_sweep(dut):
     """Every register of the map through the device's own CSR block: each reads with OKAY,
     constants, capabilities and the memory map read as ``DeviceConfig`` and docs/registers.md
     say, STATUS is READY after recovery; every plain read/write register (table directory,
-    LR, MLP_LAG, IRQ_ENABLE) holds a random value and returns to its reset value after a power
-    cycle; a write to each read-only register is refused (CSR_RO, the model's error
+    LR, MLP_LAG, IRQ_ENABLE) holds all ones, all zeros and a random value (each read back) and
+    returns to its reset value after a power cycle; a write to each read-only register is refused (CSR_RO, the model's error
     registers after each)."""
     tb = DeviceTB(dut, latency=8, name="csr_sweep")
     cfg, mp = tb.cfg, tb.map
@@ -415,14 +415,16 @@ async def device_csr_map_sweep(dut):
         f["access"] == "rw" and not f["singlepulse"] and not f["onwrite"] and not f["swmod"]
         for f in r["fields"])]
     assert len(plain) >= 32 + 3, [r["name"] for r in plain]
-    stored = {}
-    for r in plain:
-        mask = sum(((1 << f["width"]) - 1) << f["lsb"] for f in r["fields"])
-        stored[r["name"]] = int(tb.rng.integers(0, 1 << 32)) & mask
-        await tb.drv.write(r["name"], stored[r["name"]])
-    for name, v in stored.items():
-        got = await tb.drv.read(name)
-        assert got == v, tb.where(f"{name}: read {got:#x} after writing {v:#x}")
+    masks = {r["name"]: sum(((1 << f["width"]) - 1) << f["lsb"] for f in r["fields"])
+             for r in plain}
+    for pattern in ("ones", "zeros", "random"):      # every bit both ways, then a random value
+        stored = {n: {"ones": m, "zeros": 0}.get(pattern, int(tb.rng.integers(0, 1 << 32)) & m)
+                  for n, m in masks.items()}
+        for name, v in stored.items():
+            await tb.drv.write(name, v)
+        for name, v in stored.items():
+            got = await tb.drv.read(name)
+            assert got == v, tb.where(f"{name}: read {got:#x} after writing {v:#x} ({pattern})")
     for r in mp.registers.values():
         if all(f["access"] == "r" for f in r["fields"]):
             await tb.csr_bad_write(r["offset"], E.CSR_RO, value=int(tb.rng.integers(0, 1 << 32)))

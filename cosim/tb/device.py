@@ -30,7 +30,7 @@ from cosim.model_top import start_clock
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig, bench_config
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, FLAG_NOLOG,
-                          DescKind, DeviceError, LOG_HDR_FIELDS, LOG_SLOT_BYTES,
+                          N_TABLES, DescKind, DeviceError, LOG_HDR_FIELDS, LOG_SLOT_BYTES,
                           unpack_fields)
 from sw_model.memory import MemoryImage
 from sw_model.training import TrainingDevice
@@ -147,6 +147,10 @@ class DeviceTB:
         """Reset the device (memory kept) and the model; ring and directory forgotten."""
         await self.drv.power_cycle(in_reset=in_reset)
         self.model.reset()
+        # the RTL's CSR block resets the table directory and LR (docs/registers.md); the
+        # model's reset() keeps them (its own tests run on without reprogramming)
+        self.model.tables = [(0, 0, 0)] * N_TABLES
+        self.model.lr = 0
         self.tables = {}
 
     async def recover(self):

@@ -815,6 +815,7 @@ async def device_full_range_fields(dut):
     tids = [int(t) for t in rng.choice(N_TABLES, 4, replace=False)]
     tspace = ScatterAlloc(rng, cfg.table_base, cfg.table_size, slot=cfg.table_size // 4)
     used = {}
+    tb.bases_full = {}
     for tid, dim in zip(tids, rng.permutation([16, 32, 64, 128])):
         dim = int(dim)
         rows = int(rng.integers(1 << 20, (cfg.table_size // 4) // (dim * 4) // 2))
@@ -822,6 +823,7 @@ async def device_full_range_fields(dut):
         base -= base % (cfg.table_size // 4)
         base += int(rng.integers(0, (cfg.table_size // 4 - rows * dim * 4) // 64)) * 64
         await tb.set_table(tid, base, rows, dim)
+        tb.bases_full[tid] = (base, rows, dim)
         used[tid] = rng.integers(0, rows, 12)
         for r in used[tid]:
             tb.poke(base + int(r) * dim * 4,
@@ -854,7 +856,7 @@ async def device_full_range_fields(dut):
                        tag=int(rng.integers(0, 1 << 32)))
         return looks + [infer] + upds
 
-    for b in (c + 1, c + 2):
+    async def committed_batch(b):
         n = int(rng.integers(1, 4000))
         src = tb.stage(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
         got = await tb.run(batch(b) + [
@@ -863,6 +865,9 @@ async def device_full_range_fields(dut):
         assert all(g["status"] == E.OK for g in got), tb.where(f"batch {b:#x}: {got}")
         await tb.drv.wait_snapshot_idle()       # the model copies at once, the RTL behind
         await tb.check(f"after batch {b:#x}")
+
+    for b in (c + 1, c + 2):
+        await committed_batch(b)
     await tb.run(batch(c + 3), f"batch {c + 3:#x} without its COMMIT")
     await tb.check(f"batch {c + 3:#x} applied, not committed")
     await tb.power_on()
@@ -870,6 +875,20 @@ async def device_full_range_fields(dut):
     await tb.check("after the rollback of the uncommitted batch")
     st = await tb.drv.mlp_state()
     assert st["epoch"] == c + 2 and st["slot"] in (1, 2), tb.where(f"MLP state {st}")
+    # the complements of the committed batch and the recovery epoch (bits 0-62), so that every
+    # bit of them is set in one of the two and clear in the other
+    c2 = ~c & ((1 << 63) - 1)
+    tb.poke(cfg.superblock_base + sb["committed"], c2.to_bytes(8, "little"))
+    tb.poke(cfg.superblock_base + sb["recovery_epoch"],
+            (~tb.model.recovery_epoch & ((1 << 63) - 1)).to_bytes(8, "little"))
+    await tb.power_on()
+    assert await tb.recover() == c2, tb.where("complemented committed batch not recovered")
+    await tb.configure_ring(RING, cmd_base=tb.salloc.alloc(DESC_BYTES * RING),
+                            cpl_base=tb.salloc.alloc(CPL_BYTES * RING))
+    for tid in tids:
+        await tb.set_table(tid, *tb.bases_full[tid])
+    await tb.set_lr(int(rng.integers(1, 1 << cfg.frac_bits)))
+    await committed_batch(c2 + 1)
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------

@@ -185,11 +185,18 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
     ways, nv = cfg.upd_ways, cfg.upd_victims
     n = ways + nv + 16
     s = int(tb.rng.integers(0, 1 << set_bits))
-    rows = [(a << set_bits) | (a ^ s) for a in range(n)]
-    assert len({row_set(r, set_bits) for r in rows}) == 1, rows
+    # rows spread over a table of up to 2^26 rows (only these are written), so the tracker's
+    # entries and the victim CAM hold rows with every bit of the row number moving
+    n_rows = min(1 << 26, (cfg.table_size // 2) // (dim * 4))
+    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, n, replace=False)]
+    rows = [(h << set_bits) | (s ^ row_set(h << set_bits, set_bits)) for h in his]
+    assert len({row_set(r, set_bits) for r in rows}) == 1 and max(rows) < n_rows, rows
     await tb.power_on()
     await tb.recover()
-    await setup_tables(tb, [(0, n << set_bits, dim, 0.0)])
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(0, base, n_rows, dim)
+    for r in rows:
+        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
     await tb.set_lr(lr_q(tb, 0.1))
     await tb.configure_ring(RING)
     order = (rows[:ways] + [r for r in rows[ways:ways + nv] for _ in range(2)]

@@ -11,8 +11,9 @@ recovery, resets, CSR misuse (the model's error registers are updated as the con
   LOOKUP outputs, completion records) -- with the completion records' ``cycles`` field zeroed
   on the RTL side (the model writes 0);
 * the CSRs equal to the model's registers: ``ERR_CODE``, ``ERR_VALUE``, ``ERR_COUNT``,
-  ``STATUS.ERROR``/``READY``, ``IRQ_STATUS``, ``COMMITTED``, ``LOG_SLOT``, ``CMD_HEAD``,
-  ``CPL_HEAD``, ``CMD_TAIL`` (and ``RECOVERED_RECORDS`` after a recovery).
+  ``STATUS.ERROR``/``READY``, ``IRQ_STATUS``, ``COMMITTED``, ``LOG_SLOT``, ``MLP_SLOT``,
+  ``MLP_EPOCH`` (once ready), ``CMD_HEAD``, ``CPL_HEAD``, ``CMD_TAIL`` (and
+  ``RECOVERED_RECORDS`` after a recovery).
 
 Configuration: :class:`cosim.tb.config.BenchConfig` (``device``, ``trace``) from the run's parameters.
 The seed is drawn from cocotb's per-test ``random`` (reproducible from the run seed) and logged.
@@ -319,6 +320,9 @@ class DeviceTB:
         if m.ready:
             got["LOG_SLOT"] = await drv.read("LOG_SLOT")
             want["LOG_SLOT"] = m.next_slot
+            got["MLP_SLOT"] = await drv.read("MLP_SLOT")
+            got["MLP_EPOCH"] = await drv.read64("MLP_EPOCH")
+            want["MLP_SLOT"], want["MLP_EPOCH"] = m.mlp_slot, m.mlp_epoch
         if self.check_recovered:
             got["RECOVERED_RECORDS"] = await drv.read("RECOVERED_RECORDS")
             want["RECOVERED_RECORDS"] = m.recovered_records

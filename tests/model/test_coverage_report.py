@@ -268,3 +268,36 @@ def test_headline_is_the_default_configurations_variant(tmp_path):
     s = report.summarise(cov, [], headline=default)["blocks"]["DCOH"]
     assert s["variant"] == default["DCOH"] and s["toggle"]["total"] == 1, s
     assert len(s["other_variants"]) == 1
+
+
+def test_constant_bits_of_literal_assignments():
+    """Bits driven by a literal (whole signal, a slice, the known-width parts of a
+    concatenation) are constant; nothing past a part of unknown width is claimed."""
+    lines = ["  wire [7:0] a;", "  wire [7:0] b;", "  wire [3:0] c;", "  wire [15:0] d;",
+             "  wire [7:0] \\e$3 ;", "  wire [7:0] f;", "  reg [7:0] g = 8'h00;",
+             "  assign a = 8'h00;", "  assign b[7:4] = 4'h5;", "  assign d = { 8'h00, c, 4'h3 };",
+             "  assign \\e$3  = { 4'h0, c };", "  assign f = { 4'h0, g[3:0] };",
+             "  assign b[3:0] = c;", "  assign a2 = { 2'h0, unknown };"]
+    k = data.constant_bits(lines)
+    assert k["a"] == set(range(8)) and k["b"] == set(range(4, 8))
+    assert k["d"] == set(range(4)) | set(range(8, 16))
+    assert k["e$3"] == set(range(4, 8)) and k["f"] == set(range(4, 8))
+    assert "c" not in k and "a2" not in k
+
+
+def test_toggle_points_of_constant_bits_are_left_out(tmp_path):
+    """A toggle point of a bit driven by a constant is not counted (nor listed as missed) and
+    is reported as ``excluded.toggle_constant``; a point of a live bit still counts."""
+    v = tmp_path / "trainingcxl_device.v"
+    v.write_text("\n".join([
+        "module \\trainingcxl_device.csr (clk, x);", "  input clk;", "  input [1:0] x;",
+        "  wire [3:0] k;", "  assign k = { 2'h0, x };", "endmodule",
+        "module trainingcxl_device (clk);", "  input clk;", "endmodule", ""]))
+    dat = tmp_path / "run.dat"
+    dat.write_text("# SystemC::Coverage-3\n" + "".join(
+        _point(v, 4, "toggle", "trainingcxl_device.csr", f"k[{i}]:0->1", 0) for i in range(4)))
+    cov = data.load([dat])
+    assert sorted(int(p.comment[2]) for p in cov.constant) == [2, 3]
+    b = report.summarise(cov, [])["blocks"]["CSR"]
+    assert b["toggle"] == {"hit": 0, "total": 2, "pct": 0.0}, b["toggle"]
+    assert b["excluded"]["toggle_constant"] == 2

@@ -31,6 +31,7 @@ __all__ = ["Point", "read_dat", "Coverage", "load", "KINDS"]
 KINDS = ("line", "toggle")
 _ENTRY = re.compile(r"^C '(.*)' (\d+)$")
 _MODULE = re.compile(r"^module (\\\S+|\w+)")
+_TOGGLE = re.compile(r"^(.*?)(?:\[(\d+)\])?:[01]->[01]$")
 
 
 def _one_domain(lines: list) -> tuple[list, set, dict]:
@@ -56,6 +57,57 @@ def _one_domain(lines: list) -> tuple[list, set, dict]:
     # the last connection of an instance has no comma: commas ending lines go too
     kept = [line.rstrip(",") for i, line in enumerate(lines) if i not in drop]
     return kept, drop, renames
+
+
+_DECL = re.compile(r"^\s*(?:wire|reg|input|output)\s*(?:\[(\d+):(\d+)\])?\s*\\?(\S+)\s*;")
+_ASSIGN = re.compile(r"^\s*assign\s+\\?(\S+?)\s*(?:\[(\d+)(?::(\d+))?\])?\s*=\s*(.+?)\s*;\s*$")
+_CONST = re.compile(r"^(\d+)'[hdb][0-9a-fA-F_]+$")
+_PART = re.compile(r"^\\?(\S+?)\s*(?:\[(\d+)(?::(\d+))?\])?$")
+
+
+def constant_bits(lines: list[str]) -> dict[str, set[int]]:
+    """Signal -> bits driven by a literal constant in one module's Verilog: ``assign x = 4'h0;``,
+    ``assign x[7:4] = ...``, and the constant parts of a concatenation ``{ 3'h0, y }`` as far
+    as the widths below them are known (a part of unknown width ends the walk: such bits are
+    left out, never guessed). Their toggle points can never be hit, whatever the stimulus
+    (what simulators call constant objects)."""
+    width = {}
+    for t in lines:
+        m = _DECL.match(t)
+        if m:
+            width[demangle(m.group(3))] = int(m.group(1)) - int(m.group(2)) + 1 if m.group(1) else 1
+    out = defaultdict(set)
+    for t in lines:
+        m = _ASSIGN.match(t)
+        if not m:
+            continue
+        name, rhs = demangle(m.group(1)), m.group(4)
+        if m.group(2) is not None:
+            lo = int(m.group(3) if m.group(3) is not None else m.group(2))
+        elif name in width:
+            lo = 0
+        else:
+            continue
+        parts = [x.strip() for x in rhs[1:-1].split(",")] if rhs.startswith("{") else [rhs]
+        pos = lo
+        for part in reversed(parts):          # from the least significant part
+            c = _CONST.match(part)
+            if c:
+                w = int(c.group(1))
+                out[name].update(range(pos, pos + w))
+            else:
+                q = _PART.match(part)
+                if not q:
+                    break
+                if q.group(2) is not None:
+                    w = int(q.group(2)) - int(q.group(3) if q.group(3) is not None
+                                              else q.group(2)) + 1
+                else:
+                    w = width.get(demangle(q.group(1)))
+                    if w is None:
+                        break
+            pos += w
+    return dict(out)
 
 
 @dataclass(frozen=True)
@@ -101,6 +153,7 @@ class _VerilogFile:
     text: list = field(default_factory=list)
     dropped: dict = field(default_factory=dict)   # module's first line -> lines left out
     renames: dict = field(default_factory=dict)   # module's first line -> {clock/reset: name}
+    constants: dict = field(default_factory=dict)  # module's first line -> constant_bits()
 
     @classmethod
     def read(cls, path: Path, text: str | None = None) -> "_VerilogFile":
@@ -120,6 +173,7 @@ class _VerilogFile:
         for (start, name), end in zip(mods, bounds[1:]):
             block, rel = block_of(name)
             kept, drop, vf.renames[start] = _one_domain(vf.text[start - 1:end - 1])
+            vf.constants[start] = constant_bits(vf.text[start - 1:end - 1])
             vf.dropped[start] = sorted(drop)
             body = "\n".join(kept).replace(vf.top + ".", "TOP.")
             body = re.sub(r"\$\d+", "$", body)
@@ -160,6 +214,7 @@ class Coverage:
         self.where: dict[Point, tuple] = {}          # point -> (Verilog path, line, S lines)
         self.variant_tops: dict = defaultdict(set)   # (block, variant) -> tops it was built in
         self.variant_runs: dict = defaultdict(int)   # (block, variant) -> runs that counted it
+        self.constant: set[Point] = set()             # toggle points of constant bits
         self.files: list[Path] = []
         self._verilog: dict[str, _VerilogFile] = {}
 
@@ -193,7 +248,8 @@ class Coverage:
             # line, moves with the port order, which differs between tops)
             # Yosys' numbered names (``port$2383$0``) differ between tops: the numbers go, and
             # the points they no longer tell apart are told apart by their order
-            comment = re.sub(r"\$\d+", "$", demangle(f.get("o", "")))
+            raw = demangle(f.get("o", ""))
+            comment = re.sub(r"\$\d+", "$", raw)
             sig, colon, rest = comment.partition(":")
             comment = vf.renames.get(start, {}).get(sig, sig) + colon + rest
             slot = (block.name, variant, rel, kind, comment,
@@ -201,6 +257,10 @@ class Coverage:
             nth[slot] += 1
             p = Point(*slot, nth[slot] - 1)
             self.counts[p] += count
+            if kind == "toggle":
+                m = _TOGGLE.match(raw)
+                if m and int(m.group(2) or 0) in vf.constants.get(start, {}).get(m.group(1), ()):
+                    self.constant.add(p)
             self.where.setdefault(p, (f["f"], line, f.get("S", "")))
             if (block.name, variant) not in seen:
                 seen.add((block.name, variant))

@@ -2,7 +2,9 @@
 
 Figures are Verilator's: *line* = line (statement-block) points hit / total, *toggle* = toggle
 points (each bit of each signal, 0->1 and 1->0 counted apart) hit / total, after the exclusions
-of ``exclusions.toml`` (each listed with its reason and how many points it removed).
+of ``exclusions.toml`` (each listed with its reason and how many points it removed) and the
+toggle points of constant bits (:func:`trainingcxl.coverage.data.constant_bits`, counted per
+block as ``excluded.toggle_constant``).
 """
 from __future__ import annotations
 
@@ -53,8 +55,12 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
     excl_per = defaultdict(lambda: {k: 0 for k in KINDS})
     rule_hits = [0] * len(rules)
+    constant = getattr(cov, "constant", set())
     for p, n in cov.counts.items():
         key = (p.block, p.variant)
+        if p in constant:
+            excl_per[key]["toggle_constant"] = excl_per[key].get("toggle_constant", 0) + 1
+            continue
         hit_rule = next((i for i, r in enumerate(rules) if matches(r, p)), None)
         if hit_rule is not None:
             rule_hits[hit_rule] += 1
@@ -93,8 +99,9 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     return {
         **(meta or {}),
         "metric": "Verilator line points and toggle points (per bit and direction) hit/total, "
-                  "after exclusions; headline = the block as built in the full device's default "
-                  "configuration",
+                  "after exclusions (the rules, and toggle points of bits driven by a literal "
+                  "constant in the generated Verilog: 'toggle_constant'); headline = the block "
+                  "as built in the full device's default configuration",
         "coverage_files": len(cov.files),
         "exclusions": [{**r, "points": rule_hits[i]} for i, r in enumerate(rules)],
         "blocks": blocks,
@@ -103,8 +110,10 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
 
 def _missed(cov: Coverage, rules, block: str, variant: str):
     lines, toggles = [], defaultdict(int)
+    constant = getattr(cov, "constant", set())
     for p, n in cov.counts.items():
-        if p.block != block or p.variant != variant or n or any(matches(r, p) for r in rules):
+        if (p.block != block or p.variant != variant or n or p in constant
+                or any(matches(r, p) for r in rules)):
             continue
         if p.kind == "line":
             lines.append(p)
@@ -149,6 +158,15 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
         body.append(f"</table><h2>Signals with untoggled bits ({len(toggles)})</h2><table>"
                     "<tr><th>module</th><th>signal</th><th>missed points</th></tr>")
         for (mod, sig), n in toggles:
+            body.append(f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
+                        f"<td>{n}</td></tr>")
+        consts = defaultdict(int)
+        for p in getattr(cov, "constant", ()):
+            if (p.block, p.variant) == (name, b["variant"]):
+                consts[(p.module, signal_of(p))] += 1
+        body.append(f"</table><h2>Signals with constant bits, not counted ({len(consts)})</h2>"
+                    "<table><tr><th>module</th><th>signal</th><th>points</th></tr>")
+        for (mod, sig), n in sorted(consts.items()):
             body.append(f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
                         f"<td>{n}</td></tr>")
         body.append("</table>")

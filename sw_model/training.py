@@ -316,14 +316,15 @@ class TrainingDevice:
         self.cfg = cfg
         self.mem = mem
         self.on_write = None            # hook(addr, data: bytes, what: str) after every write
-        self.tables = [(0, 0, 0)] * N_TABLES
-        self.lr = 0
         self.reset()
 
     # -- reset and registers -----------------------------------------------------------------------
     def reset(self):
-        """Device reset: not ready, log retired, ring unconfigured and empty, errors cleared.
-        The table directory and LR keep their values (the host reprograms them anyway)."""
+        """Device reset: not ready, log retired, ring unconfigured and empty, errors cleared,
+        the table directory and LR at their reset values (0, as every register of the map,
+        docs/registers.md: the host programs them again)."""
+        self.tables = [(0, 0, 0)] * N_TABLES
+        self.lr = 0
         self.ready = False
         self.committed = 0
         self.recovery_epoch = 0

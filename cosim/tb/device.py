@@ -31,7 +31,7 @@ from cosim.model_top import start_clock
 from cosim.pmem_cpp import pmem_model
 from cosim.tb.config import BenchConfig, bench_config
 from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, FLAG_DESC_LR, FLAG_LOG, FLAG_NOLOG,
-                          N_TABLES, DescKind, DeviceError, LOG_HDR_FIELDS, LOG_SLOT_BYTES,
+                          DescKind, DeviceError, LOG_HDR_FIELDS, LOG_SLOT_BYTES,
                           unpack_fields)
 from sw_model.memory import MemoryImage
 from sw_model.training import TrainingDevice
@@ -147,11 +147,7 @@ class DeviceTB:
     async def power_on(self, in_reset=None):
         """Reset the device (memory kept) and the model; ring and directory forgotten."""
         await self.drv.power_cycle(in_reset=in_reset)
-        self.model.reset()
-        # the RTL's CSR block resets the table directory and LR (docs/registers.md); the
-        # model's reset() keeps them (its own tests run on without reprogramming)
-        self.model.tables = [(0, 0, 0)] * N_TABLES
-        self.model.lr = 0
+        self.model.reset()           # also the table directory and LR, as the CSR block
         self.tables = {}
 
     async def recover(self):

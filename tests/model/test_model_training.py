@@ -29,6 +29,18 @@ SB_EPOCH = CFG.superblock_base + 32               # recovery_epoch word (SB_FIEL
 HDR = "<IHHQIIQQ"                                 # magic table dim batch row crc addr epoch
 
 
+def host_reset(dev):
+    """A device reset as the host does it: ``reset()`` (the table directory and LR go to their
+    reset values, as the RTL's CSR block does), then the host programs the same tables and LR
+    again."""
+    tables, lr = list(dev.tables), dev.lr
+    dev.reset()
+    for tid, (base, rows, dim) in enumerate(tables):
+        if dim:
+            dev.set_table(tid, base, rows, dim)
+    dev.lr = lr
+
+
 def sb_epoch(mem):
     return int.from_bytes(mem.read(SB_EPOCH, 8), "little")
 
@@ -220,7 +232,7 @@ def test_update_partial_failure(seed):
     assert (c["status"], c["err_bag"], c["err_value"], c["rows"]) == (E.OFFSETS_ORDER, 1, 1, 2)
     assert rig.table_list(0) == exp
     # abort by recovery: state of the last commit (the initial tables)
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == 6
     img = Rig(seed)                      # same seed -> same initial tables
     assert dev.snapshot_tables() == img.dev.snapshot_tables()
@@ -269,7 +281,7 @@ def test_record_layout_hand_built(seed):
     # next record carries E+1 (all 8 bytes)
     e = int(rig.rng.integers(1, 2**63)) | (1 << 63)
     rig.mem.write(SB_EPOCH, e.to_bytes(8, "little"))
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == 0 and dev.recovery_epoch == e + 1 and sb_epoch(rig.mem) == e + 1
     old = rig.mem.read(base + 3 * 128, 128)
     assert dev.update(**rig.stage_update(0, [0, 1], [3])[0])["log_records"] == 1
@@ -279,7 +291,7 @@ def test_record_layout_hand_built(seed):
     assert rig.mem.read(CFG.log_base, 64 + 128) == hdr + old, f"seed={seed}"
     # E = 2^64 - 1 wraps to 0 (model choice 8)
     rig.mem.write(SB_EPOCH, (2**64 - 1).to_bytes(8, "little"))
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == 0 and dev.recovery_epoch == 0 and sb_epoch(rig.mem) == 0
 
 
@@ -362,7 +374,7 @@ def test_set_overflow_relogs(seed, sets, ways):
     recs = records_of(rig, dev.next_slot)
     assert [(t, r) for t, r, _ in recs] == exp, f"seed={seed}"
     assert dev.logged.overflows > 0
-    dev.reset()
+    host_reset(dev)
     dev.recover()
     assert dev.snapshot_tables() == snap, f"seed={seed}: oldest record must win"
 
@@ -405,7 +417,7 @@ def run_training(rig, batches, retry_abort=False):
                 c = dev.lookup(**d, log=True) if kind == "L" else dev.update(**d)
                 assert c["status"] == E.OK, c
                 if attempt == 0 and retry_abort and bi == 1 and kind == "U":
-                    dev.reset()                   # host aborts the batch: reset + RECOVER
+                    host_reset(dev)                   # host aborts the batch: reset + RECOVER
                     dev.on_write = rec
                     dev.recover()
                     assert dev.snapshot_tables() == snaps[dev.committed]
@@ -561,7 +573,7 @@ def test_records_of_other_epoch_ignored(seed):
     dev = rig.dev
     e = int(rig.rng.integers(1, 2**62))
     rig.mem.write(SB_EPOCH, e.to_bytes(8, "little"))
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == 0 and dev.recovery_epoch == e + 1
     snap = dev.snapshot_tables()
     dev.update(**rig.stage_update(0, [0, 3], [2, 5, 9])[0])
@@ -776,7 +788,7 @@ def test_descriptor_errors_leave_state_intact(seed):
     c = dev.lookup(**dl, batch=12345)
     assert (c["status"], c["batch"], c["log_records"]) == (E.OK, 12345, 0)
     # the open batch is still abortable to state 1
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == slot0 and dev.committed == 1
     snap1 = dev.snapshot_tables()
     r2 = Rig(seed)
@@ -916,7 +928,7 @@ def test_log_full(seed):
     assert (c["status"], c["err_value"], c["err_bag"], c["rows"], c["log_records"]) == \
         (E.LOG_FULL, 3, 1, 2, 0)
     assert rig.table_list(0) == exp
-    dev.reset()
+    host_reset(dev)
     assert dev.recover() == 3 and dev.snapshot_tables() == snap
 
 
@@ -1240,7 +1252,7 @@ def test_commit_lag_check(seed):
     assert dev.snapshot(6, src, 0)["status"] == E.OK
     assert dev.commit()["status"] == E.OK and dev.committed == 6
     # reset brings the CSR back to no bound; recovery restores P from the slot
-    dev.reset()
+    host_reset(dev)
     dev.recover()
     assert (dev.mlp_lag, dev.mlp_slot, dev.mlp_epoch, dev.mlp_accepted) == (0xFFFFFFFF, 2, 6, 6)
     dev.csr_write("MLP_LAG", 1)
@@ -1419,7 +1431,7 @@ def test_crash_campaign_with_snapshots(seed, k):
                 c = dev.lookup(**d, log=True) if kind == "L" else dev.update(**d)
                 assert c["status"] == E.OK, c
             if attempt == 0 and b == 4:
-                dev.reset()                          # abort after the batch's updates
+                host_reset(dev)                          # abort after the batch's updates
                 dev.on_write = rec
                 dev.recover()
                 dev.csr_write("MLP_LAG", k)
@@ -1452,3 +1464,14 @@ def test_crash_campaign_with_snapshots(seed, k):
         if cut < len(rec.writes):
             img.write(*rec.writes[cut][:2])
     assert len(seen) >= 7, seen
+
+
+def test_reset_clears_the_table_directory_and_lr():
+    """A device reset puts the table directory and LR at their reset values (0), as the RTL's
+    CSR block does (docs/registers.md; the device bench's CSR sweep checks the RTL side)."""
+    rig = Rig(1)
+    dev = rig.dev
+    dev.lr = 123
+    assert any(d for _, _, d in dev.tables)
+    dev.reset()
+    assert dev.tables == [(0, 0, 0)] * len(dev.tables) and dev.lr == 0

@@ -398,8 +398,8 @@ async def device_csr_map_sweep(dut):
     constants, capabilities and the memory map read as ``DeviceConfig`` and docs/registers.md
     say, STATUS is READY after recovery; every plain read/write register (table directory,
     LR, MLP_LAG, IRQ_ENABLE) holds all ones, all zeros and a random value (each read back) and
-    returns to its reset value after a power cycle; a write to each read-only register is refused (CSR_RO, the model's error
-    registers after each)."""
+    returns to its reset value after a power cycle; a write to each read-only register is
+    refused (CSR_RO, the model's error registers after each)."""
     tb = DeviceTB(dut, latency=8, name="csr_sweep")
     cfg, mp = tb.cfg, tb.map
     await tb.power_on()
@@ -800,12 +800,15 @@ async def device_full_range_fields(dut):
     """Addresses, batch numbers, epochs, tags, table ids and LRs across their whole ranges (the
     other tests keep to small values, low addresses and batch 1): the committed batch and the
     recovery epoch set past 2^40 in the superblock by backdoor on both sides and recovered;
-    four tables with random ids and dims, each with up to 2^27 rows at a random base of the
-    table region (only the rows used are written); descriptors, index lists, gradients,
-    outputs and both rings at random places of the staging region; random 32-bit tags and
-    LRs. Two batches (LOOKUP+LOG, LOOKUP without LOG, UPDATE, COMMIT), then a third cut by a
-    power cycle after its UPDATEs and rolled back by recovery; after each step the memory
-    image, completions and CSRs equal the model."""
+    four tables with random ids and dims, each with up to 2^25 rows at a random base in its
+    own quarter of the table region (only the rows used are written); descriptors, index
+    lists, gradients, outputs and both rings at random places of the staging region; random
+    32-bit tags and LRs. Two batches (LOOKUP+LOG, LOOKUP without LOG, UPDATE, SNAPSHOT of up to
+    4000 bytes, COMMIT: without the snapshot the first COMMIT past 2^32 batches would be
+    refused with MLP_LAG), then a third cut by a power cycle after its UPDATEs and rolled back
+    by recovery, which reports the second snapshot's epoch; then the complements of the
+    committed batch and the recovery epoch, recovered, and one more batch. After each step the
+    memory image, completions and CSRs equal the model."""
     tb = DeviceTB(dut, latency=16, stall=0.1, name="full_range")
     cfg, rng = tb.cfg, tb.rng
     sb = {n: off for n, off, _ in SB_FIELDS}
@@ -821,8 +824,7 @@ async def device_full_range_fields(dut):
     tb.salloc = ScatterAlloc(rng, cfg.staging_base, cfg.staging_size)
     tids = [int(t) for t in rng.choice(N_TABLES, 4, replace=False)]
     tspace = ScatterAlloc(rng, cfg.table_base, cfg.table_size, slot=cfg.table_size // 4)
-    used = {}
-    tb.bases_full = {}
+    used, directory = {}, {}
     for tid, dim in zip(tids, rng.permutation([16, 32, 64, 128])):
         dim = int(dim)
         rows = int(rng.integers(1 << 20, (cfg.table_size // 4) // (dim * 4) // 2))
@@ -830,7 +832,7 @@ async def device_full_range_fields(dut):
         base -= base % (cfg.table_size // 4)
         base += int(rng.integers(0, (cfg.table_size // 4 - rows * dim * 4) // 64)) * 64
         await tb.set_table(tid, base, rows, dim)
-        tb.bases_full[tid] = (base, rows, dim)
+        directory[tid] = (base, rows, dim)
         used[tid] = rng.integers(0, rows, 12)
         for r in used[tid]:
             tb.poke(base + int(r) * dim * 4,
@@ -839,7 +841,7 @@ async def device_full_range_fields(dut):
                             cpl_base=tb.salloc.alloc(CPL_BYTES * RING))
     await tb.set_lr(int(rng.integers(1, 1 << cfg.frac_bits)))
 
-    def batch(b, log=True):
+    def batch(b):
         looks, upds = [], []
         for tid in tids:
             _, _, dim = tb.tables[tid]
@@ -849,8 +851,7 @@ async def device_full_range_fields(dut):
             i = rng.choice(used[tid], int(o[-1])).astype(np.uint32)
             oa, ia = tb.stage_u32(o), tb.stage_u32(i)
             tag = int(rng.integers(0, 1 << 32))
-            looks.append(lookup(tid, nb, oa, ia, tb.out_area(nb * dim * 4), batch=b, tag=tag,
-                                log=log))
+            looks.append(lookup(tid, nb, oa, ia, tb.out_area(nb * dim * 4), batch=b, tag=tag))
             g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
             lr = int(rng.integers(1, 1 << cfg.frac_bits)) if rng.random() < 0.5 else None
             upds.append(update(tid, nb, oa, ia, tb.stage_i32(g), batch=b, tag=tag ^ 0xFFFF_FFFF,
@@ -893,7 +894,7 @@ async def device_full_range_fields(dut):
     await tb.configure_ring(RING, cmd_base=tb.salloc.alloc(DESC_BYTES * RING),
                             cpl_base=tb.salloc.alloc(CPL_BYTES * RING))
     for tid in tids:
-        await tb.set_table(tid, *tb.bases_full[tid])
+        await tb.set_table(tid, *directory[tid])
     await tb.set_lr(int(rng.integers(1, 1 << cfg.frac_bits)))
     await committed_batch(c2 + 1)
 

@@ -83,6 +83,13 @@ def test_merge_summary_and_exclusions(recorded, tmp_path):
     s = report.summarise(cov, [rule])
     assert s["blocks"]["DCOH"]["toggle"]["total"] == 0
     assert s["exclusions"][0]["points"] == 2 and s["blocks"]["DCOH"]["excluded"]["toggle"] == 2
+    # a rule with bits covers only those bits of the signal
+    s = report.summarise(cov, [{**rule, "bits": [1]}])
+    assert s["exclusions"][0]["points"] == 1 and s["blocks"]["DCOH"]["toggle"]["total"] == 1
+    bits_bad = tmp_path / "bits.toml"
+    bits_bad.write_text('[[exclude]]\nkind = "line"\nbits = [1]\nreason = "x"\n')
+    with pytest.raises(ValueError, match="bits"):
+        report.load_exclusions(bits_bad)
     bad = tmp_path / "bad.toml"
     bad.write_text('[[exclude]]\nkind = "line"\nblock = "DCOH"\n')
     with pytest.raises(ValueError, match="no reason"):

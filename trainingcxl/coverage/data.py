@@ -297,13 +297,18 @@ def signal_of(p: Point) -> str:
 
 
 def matches(rule: dict, p: Point) -> bool:
-    """True when exclusion ``rule`` (block, kind, module glob, signal/comment glob) covers ``p``."""
+    """True when exclusion ``rule`` (block, kind, module glob, signal/comment glob, and for
+    toggle points optionally ``bits``: the bit indices it covers) covers ``p``."""
     if rule.get("block") not in (None, p.block):
         return False
     if rule.get("kind") not in (None, p.kind):
         return False
     if not fnmatch.fnmatchcase(p.module, rule.get("module", "*")):
         return False
+    if "bits" in rule:
+        m = _TOGGLE.match(p.comment) if p.kind == "toggle" else None
+        if m is None or int(m.group(2) or 0) not in rule["bits"]:
+            return False
     what = signal_of(p) if p.kind == "toggle" else p.comment
     return fnmatch.fnmatchcase(what, rule.get("signal", rule.get("comment", "*")))
 

@@ -33,9 +33,13 @@ def load_exclusions(path: Path | None = None) -> list[dict]:
             raise ValueError(f"exclusion {i} ({r}) has no reason")
         if r.get("kind") not in KINDS:
             raise ValueError(f"exclusion {i} ({r}) must have kind in {KINDS}")
-        unknown = set(r) - {"block", "kind", "module", "signal", "comment", "reason"}
+        unknown = set(r) - {"block", "kind", "module", "signal", "comment", "bits", "reason"}
         if unknown:
             raise ValueError(f"exclusion {i} has unknown keys {sorted(unknown)}")
+        if "bits" in r and (r["kind"] != "toggle" or not r["bits"] or not all(
+                isinstance(b, int) and b >= 0 for b in r["bits"])):
+            raise ValueError(f"exclusion {i}: bits must be a non-empty list of bit indices of "
+                             "a toggle rule")
     return rules
 
 

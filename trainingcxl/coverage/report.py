@@ -59,7 +59,7 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
     excl_per = defaultdict(lambda: {k: 0 for k in KINDS})
     rule_hits = [0] * len(rules)
-    constant = getattr(cov, "constant", set())
+    constant = cov.constant
     for p, n in cov.counts.items():
         key = (p.block, p.variant)
         if p in constant:
@@ -114,7 +114,7 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
 
 def _missed(cov: Coverage, rules, block: str, variant: str):
     lines, toggles = [], defaultdict(int)
-    constant = getattr(cov, "constant", set())
+    constant = cov.constant
     for p, n in cov.counts.items():
         if (p.block != block or p.variant != variant or n or p in constant
                 or any(matches(r, p) for r in rules)):
@@ -165,7 +165,7 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
             body.append(f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
                         f"<td>{n}</td></tr>")
         consts = defaultdict(int)
-        for p in getattr(cov, "constant", ()):
+        for p in cov.constant:
             if (p.block, p.variant) == (name, b["variant"]):
                 consts[(p.module, signal_of(p))] += 1
         body.append(f"</table><h2>Signals with constant bits, not counted ({len(consts)})</h2>"

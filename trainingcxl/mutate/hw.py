@@ -179,6 +179,19 @@ def draw(targets: list[str], n: int, seed: int, log=print) -> dict:
     return {"seed": seed, "designs": designs, "mutants": table}
 
 
+def _mutant_design(t: str):
+    """(Verilog of target ``t``'s design as the mutant list makes it, a function that builds
+    it): the full device in its model top (``cosim.build.device_build``), the others alone."""
+    from cosim import build as cb
+    tgt = TARGETS[t]
+    if t == "device":
+        from hw.config import DeviceConfig
+        cfg = DeviceConfig()
+        return cb.device_verilog(cfg, name=tgt.top), lambda: cb.device_build(cfg)
+    text = cb.generate_verilog(_component(t), name=tgt.top)
+    return text, lambda: cb.build(text, top=tgt.top)
+
+
 def _builds(targets: list[str], list_file: Path, log=print) -> dict:
     """One Verilator build per target from the mutant list (cached by content)."""
     from cosim import build as cb
@@ -187,15 +200,10 @@ def _builds(targets: list[str], list_file: Path, log=print) -> dict:
     try:
         for t in targets:
             t0 = time.monotonic()
-            tgt = TARGETS[t]
-            if t == "device":
-                from hw.config import DeviceConfig
-                text = cb.device_verilog(DeviceConfig(), name=tgt.top)
-            else:
-                text = cb.generate_verilog(_component(t), name=tgt.top)
+            text, build = _mutant_design(t)
             if cb.MUTANT_MARKER not in text:
                 raise RuntimeError(f"{t}: the list does not name this design (stale list?)")
-            b = cb.device_build(DeviceConfig()) if t == "device" else cb.build(text, top=tgt.top)
+            b = build()
             out[t] = {"build_dir": str(b.build_dir), "top": b.top, "key": b.key}
             log(f"mutate-hw: {t}: mutant build {b.build_dir} ({time.monotonic() - t0:.0f} s)")
     finally:

@@ -57,13 +57,13 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     run) the largest variant built in the full device, else the largest."""
     per = defaultdict(lambda: {k: [0, 0] for k in KINDS})      # (block, variant) -> kind -> [hit, total]
     per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
-    excl_per = defaultdict(lambda: {k: 0 for k in KINDS})
+    excl_per = defaultdict(lambda: {**{k: 0 for k in KINDS}, "toggle_constant": 0})
     rule_hits = [0] * len(rules)
     constant = cov.constant
     for p, n in cov.counts.items():
         key = (p.block, p.variant)
         if p in constant:
-            excl_per[key]["toggle_constant"] = excl_per[key].get("toggle_constant", 0) + 1
+            excl_per[key]["toggle_constant"] += 1
             continue
         hit_rule = next((i for i, r in enumerate(rules) if matches(r, p)), None)
         if hit_rule is not None:

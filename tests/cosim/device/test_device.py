@@ -823,14 +823,13 @@ async def device_full_range_fields(dut):
     await tb.check("after recovering a large committed batch")
     tb.salloc = ScatterAlloc(rng, cfg.staging_base, cfg.staging_size)
     tids = [int(t) for t in rng.choice(N_TABLES, 4, replace=False)]
-    tspace = ScatterAlloc(rng, cfg.table_base, cfg.table_size, slot=cfg.table_size // 4)
+    quarter = cfg.table_size // 4
     used, directory = {}, {}
-    for tid, dim in zip(tids, rng.permutation([16, 32, 64, 128])):
+    for tid, dim, q in zip(tids, rng.permutation([16, 32, 64, 128]), rng.permutation(4)):
         dim = int(dim)
-        rows = int(rng.integers(1 << 20, (cfg.table_size // 4) // (dim * 4) // 2))
-        base = tspace.alloc(0)
-        base -= base % (cfg.table_size // 4)
-        base += int(rng.integers(0, (cfg.table_size // 4 - rows * dim * 4) // 64)) * 64
+        rows = int(rng.integers(1 << 20, quarter // (dim * 4) // 2))
+        base = (cfg.table_base + int(q) * quarter
+                + int(rng.integers(0, (quarter - rows * dim * 4) // 64)) * 64)
         await tb.set_table(tid, base, rows, dim)
         directory[tid] = (base, rows, dim)
         used[tid] = rng.integers(0, rows, 12)

@@ -34,7 +34,7 @@ from .reset import with_registered_reset
 from .undolog.logger import UndoLogger
 from .update.engine import UpdateEngine
 
-__all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS"]
+__all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS", "device_blocks"]
 
 TOP_NAME = "trainingcxl_device"
 # requesters on the DCOH device port, highest priority first (docs/training.md section 8). The
@@ -43,6 +43,34 @@ TOP_NAME = "trainingcxl_device"
 # logger makes no reads during a LOOKUP, and the gather is idle during an UPDATE).
 PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("gather", (0, 1, 2)), ("logger", (8, 9)),
             ("update", (4, 5, 6, 7)), ("snapshot", (11,)))
+
+
+def device_blocks(cfg: DeviceConfig, names=None) -> dict:
+    """The device's blocks, unconnected, by their instance names in the top: ``csr``, ``cp``,
+    ``gather``, ``update``, ``logger``, ``persist``, ``snapshot``, ``dcoh``, ``media`` and the
+    device port ``mux`` (only those in ``names``, if given; an unknown name is a
+    ``ValueError``). Every connection a block has in the device is a member of its signature,
+    so each can also stand alone (the FPGA flow's ``--block``)."""
+    offs = csr_offsets()
+    make = {
+        "csr": lambda: CsrBlock(),
+        "cp": lambda: CommandProcessor(cfg, {r: offs[r] for r in (*RING_REGS, "control")}),
+        "gather": lambda: GatherReduce(cfg),
+        "update": lambda: UpdateEngine(cfg),
+        "logger": lambda: UndoLogger(cfg),
+        "persist": lambda: PersistEngine(cfg, snapshots=True),
+        "snapshot": lambda: SnapshotEngine(cfg),
+        "dcoh": lambda: DCOH(cfg),
+        "media": lambda: MediaAXI(cfg),
+        "mux": lambda: RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS]),
+    }
+    if names is None:
+        names = make
+    unknown = [n for n in names if n not in make]
+    if unknown:
+        raise ValueError(f"no block {', '.join(map(repr, unknown))} in the device; blocks: "
+                         + ", ".join(make))
+    return {n: make[n]() for n in names}
 
 
 class TrainingCXLDevice(wiring.Component):
@@ -88,21 +116,13 @@ class TrainingCXLDevice(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cfg = self.cfg
-        m.submodules.csr = csr = CsrBlock()
+        blocks = device_blocks(cfg)
+        for name, block in blocks.items():
+            m.submodules[name] = block
+        csr, cp, gather, update, logger, persist, snap, dcoh, media, mux = blocks.values()
         wiring.connect(m, wiring.flipped(self.s_axil), csr.axil)
-        offs = csr_offsets()
-        m.submodules.cp = cp = CommandProcessor(
-            cfg, {r: offs[r] for r in (*RING_REGS, "control")})
-        m.submodules.gather = gather = GatherReduce(cfg)
-        m.submodules.update = update = UpdateEngine(cfg)
-        m.submodules.logger = logger = UndoLogger(cfg)
-        m.submodules.persist = persist = PersistEngine(cfg, snapshots=True)
-        m.submodules.snapshot = snap = SnapshotEngine(cfg)
-        m.submodules.dcoh = dcoh = DCOH(cfg)
-        m.submodules.media = media = MediaAXI(cfg)
 
         # ---- device request ports → DCOH → media -------------------------------------------
-        m.submodules.mux = mux = RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS])
         engines = {"cmdproc": cp, "persist": persist, "logger": logger, "gather": gather,
                    "update": update, "snapshot": snap}
         for i, (name, _) in enumerate(PORT_IDS):

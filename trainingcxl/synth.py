@@ -277,12 +277,12 @@ def clean_source(src: str) -> str | None:
     src = src.strip()
     if not src or src.startswith("/share/"):
         return None
+    marker = os.sep + "site-packages" + os.sep     # (before the checkout: a .venv inside it)
+    if marker in src:
+        return src.split(marker, 1)[1]
     root = str(REPO_ROOT) + os.sep
     if src.startswith(root):
         return src[len(root):]
-    marker = os.sep + "site-packages" + os.sep
-    if marker in src:
-        return src.split(marker, 1)[1]
     return src
 
 

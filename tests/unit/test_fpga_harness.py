@@ -187,6 +187,7 @@ def test_synth_block_arguments():
 @pytest.mark.parametrize("argv, message", [
     (["--block", "dcoh,nope"], "--block: no block 'nope' in the device; blocks: csr"),
     (["--block", "all", "--jobs", "0"], "--jobs must be at least 1"),
+    (["--pnr-timeout", "0"], "--pnr-timeout must be positive"),
     (["--config", "nope"], "known: default"),
     (["--freq", "0"], "--freq must be"),
     (["--router", "router3"], "invalid choice"),
@@ -349,6 +350,34 @@ def test_block_summary_slowest_first():
     assert rows[2]["fmax_mhz"] is None and rows[2]["path"] == []
     md = synth.block_summary_markdown({"rows": rows}, 100, "fpga-ecp5")
     assert "| gather | 1200 | 20 | 46.4 |" in md and "| csr | 1200 | None | - | - |" in md
+    reps["csr"]["ecp5_pnr_stopped"] = {"after_s": 900.0, "last": "iter=9"}
+    md = synth.block_summary_markdown(synth.block_summary(reps), 100, "fpga-ecp5")
+    assert "| csr | 1200 | None | not routed in 900 s | - |" in md
+
+
+def test_place_and_route_stopped_after_its_time_limit(tmp_path):
+    """--pnr-timeout: a tool run still going after its limit is stopped (not left running),
+    the flow goes on, and the report says place and route stopped and where it was."""
+    import subprocess
+    import time
+    log = open(tmp_path / "tool.out", "w")
+    p = subprocess.Popen(["sleep", "60"], stdout=log)
+    p.log_file, p.log_path = log, None
+    t0 = time.monotonic()
+    said = []
+    synth.wait_background(synth.Phases(), {"nextpnr-ecp5": (p, t0, lambda: " (done)")},
+                          limits={"nextpnr-ecp5": (0.5, lambda: said.append(1) or " (stopped)")})
+    assert time.monotonic() - t0 < 10 and p.returncode is not None and said == [1]
+    rep = {"config_name": "fpga-ecp5", "config": json.loads(CONFIGS["fpga-ecp5"].to_json()),
+           "block": "csr", "top": HARNESS_NAME, "device": synth.DEVICE, "target_mhz": 100.0,
+           "tools": {}, "harness": {"input_bits": 1, "output_bits": 1, "fold_levels": [8],
+                                    "flip_flops": 11},
+           "ecp5_pnr_stopped": {"after_s": 900.0, "last": "iter=9 overused=9296"},
+           "phase_seconds": {"nextpnr-ecp5": 900.0}, "total_seconds": 950.0}
+    md = synth.write_markdown(rep)
+    assert "block `csr` alone" in md
+    assert "**Place and route stopped after 900 s** (`--pnr-timeout`): no Fmax." in md
+    assert "`iter=9 overused=9296`" in md
 
 
 # From `stat -json` of `synth_xilinx -family xc7 -flatten` on the same harness (trimmed).

@@ -29,8 +29,8 @@ def command_checks(m, cfg, c, data_addr, *, err_width):
     Latency: the results are registered in two stages (the ends of the ranges; then each
     check's outcome), so they hold for the ``c`` and ``data_addr`` of :data:`CHECK_LATENCY`
     cycles before: an engine holds a new command ``CHECK_LATENCY`` cycles before it reads
-    them. (In one cycle, 64-bit sums, compares and the priority chain were the gather
-    engine's critical path on the ECP5: 19 ns.)
+    them. (In one cycle, the 64-bit sums, the compares and the priority chain make a 15-19 ns
+    path on the ECP5: docs/fpga.md, "Each block alone".)
     """
     t_base, t_end = cfg.table_base, cfg.table_base + cfg.table_size
     s_base, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size

@@ -228,8 +228,13 @@ class PersistEngine(wiring.Component):
         # ---- registers (the ports themselves), superblock and record header fields ---------
         committed, epoch, ready, media_err = self.committed, self.epoch, self.ready, self.media_err
         retire, cd_valid, cd_err = self.retire, self.commit_done.valid, self.commit_done.payload
-        open_batch, batch_reg = Signal(64), Signal(64)
-        m.d.comb += [self.recovered_records.eq(app.recovered), open_batch.eq(committed + 1),
+        # the open batch, committed + 1, kept in a register written with ``committed`` (not an
+        # adder in front of the log scan's header compare)
+        open_batch, batch_reg = Signal(64, init=1), Signal(64)
+
+        def set_committed(value):
+            m.d.sync += [committed.eq(value), open_batch.eq(value + 1)]
+        m.d.comb += [self.recovered_records.eq(app.recovered),
                      mlp.committed.eq(committed), self.mlp_slot.eq(mlp.slot),
                      self.mlp_epoch.eq(mlp.epoch)]
         m.d.sync += retire.eq(0)
@@ -268,7 +273,8 @@ class PersistEngine(wiring.Component):
                     with m.If(wack_err):
                         m.d.sync += cd_err.err_code.eq(DeviceError.MEDIA)
                     with m.Else():
-                        m.d.sync += [cd_err.err_code.eq(0), committed.eq(batch_reg), retire.eq(1)]
+                        m.d.sync += [cd_err.err_code.eq(0), retire.eq(1)]
+                        set_committed(batch_reg)
                     m.d.sync += cd_valid.eq(1)
                     m.next = "COMMIT_DONE"
 
@@ -295,8 +301,8 @@ class PersistEngine(wiring.Component):
                         m.next = "FMT1"
                     with m.Else():
                         m.d.comb += scan.start.eq(1)
-                        m.d.sync += [committed.eq(field(line, SB_FIELDS, "committed")),
-                                     epoch.eq(field(line, SB_FIELDS, "recovery_epoch"))]
+                        set_committed(field(line, SB_FIELDS, "committed"))
+                        m.d.sync += epoch.eq(field(line, SB_FIELDS, "recovery_epoch"))
                         m.next = "SCAN"
 
             with m.State("FMT1"):                            # bytes 8..63 := 0
@@ -321,7 +327,8 @@ class PersistEngine(wiring.Component):
                     with m.If(wack_err):
                         m.next = "IDLE"
                     with m.Else():
-                        m.d.sync += [committed.eq(0), epoch.eq(0), retire.eq(1), ready.eq(1)]
+                        set_committed(0)
+                        m.d.sync += [epoch.eq(0), retire.eq(1), ready.eq(1)]
                         m.d.comb += self.mlp_load.eq(1)      # no slot (chosen slot 0)
                         m.next = "IDLE"
 

@@ -16,21 +16,23 @@ CHECK_LATENCY = 2
 """Cycles from a new command in ``c`` to its check results (:func:`command_checks`)."""
 
 
-def command_checks(m, cfg, c, data_addr, *, err_width):
+def command_checks(m, cfg, c, data_addr, start, *, err_width):
     """Add the command-level checks of command ``c`` (fields ``dim``, ``table_base``,
     ``table_rows``, ``n_bags``, ``offsets_addr``, ``indices_addr``) with ``data_addr`` the
     64 B-aligned per-bag buffer (LOOKUP ``out_addr``, UPDATE ``grads_addr``) to module ``m``.
 
-    Returns ``(err, value, dim_log, off_end)``: the first failing check's code (0 if none) and
-    offending value, ``log2(dim/16)``, and the end of the offsets list (the offsets reader's
-    limit). Order: BAD_DIM; ALIGN of table_base, data, offsets, indices; ADDR_RANGE of the
-    table, offsets, data and indices (end inclusive) ranges.
+    Returns ``(err, value, dim_log, off_end, ready)``: the first failing check's code (0 if
+    none) and offending value, ``log2(dim/16)``, the end of the offsets list (the offsets
+    reader's limit), and ``ready``: the results are those of the command written to ``c`` in
+    the cycle ``start`` was last high (the engine's accept). Order: BAD_DIM; ALIGN of
+    table_base, data, offsets, indices; ADDR_RANGE of the table, offsets, data and indices (end
+    inclusive) ranges.
 
     Latency: the results are registered in two stages (the ends of the ranges; then each
     check's outcome), so they hold for the ``c`` and ``data_addr`` of :data:`CHECK_LATENCY`
-    cycles before: an engine holds a new command ``CHECK_LATENCY`` cycles before it reads
-    them. (In one cycle, the 64-bit sums, the compares and the priority chain make a 15-19 ns
-    path on the ECP5: docs/fpga.md, "Each block alone".)
+    cycles before, and ``ready`` rises ``CHECK_LATENCY`` cycles after the cycle ``c`` is written.
+    (In one cycle, the 64-bit sums, the compares and the priority chain make a 15-19 ns path on
+    the ECP5: docs/fpga.md, "Each block alone".)
     """
     t_base, t_end = cfg.table_base, cfg.table_base + cfg.table_size
     s_base, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size
@@ -71,4 +73,10 @@ def command_checks(m, cfg, c, data_addr, *, err_width):
     for i, (_, code, val) in enumerate(checks):
         with (m.If if i == 0 else m.Elif)(fails[i]):
             m.d.comb += [err.eq(code), value.eq(val)]
-    return err, value, dl_q, off_end
+    # the results' age: cycles since the command was written, up to CHECK_LATENCY
+    age = Signal(range(CHECK_LATENCY + 1), init=CHECK_LATENCY)
+    with m.If(start):
+        m.d.sync += age.eq(0)
+    with m.Elif(age != CHECK_LATENCY):
+        m.d.sync += age.eq(age + 1)
+    return err, value, dl_q, off_end, age == CHECK_LATENCY

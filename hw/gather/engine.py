@@ -30,7 +30,7 @@ from amaranth.lib.wiring import In, Out
 from ..config import DeviceConfig
 from ..encodings import LookupErrorCode
 from ..port_mux import RequestPortMux
-from ..cmd_checks import CHECK_LATENCY, command_checks
+from ..cmd_checks import command_checks
 from ..reqport import DeviceRequestSignature
 from ..undolog.layouts import log_line_layout, log_row_layout
 from ..word_reader import WordReader
@@ -220,7 +220,8 @@ class GatherReduce(wiring.Component):
         ]
 
         # ---- command-level checks (docs/lookup.md 1-3), evaluated in CHECK -----------------
-        chk_err, chk_val, dl, off_end = command_checks(m, cfg, c, c.out_addr, err_width=4)
+        chk_err, chk_val, dl, off_end, chk_ready = command_checks(m, cfg, c, c.out_addr, clear,
+                                                                  err_width=4)
         m.d.comb += off_rd.limit.eq(off_end)    # the offsets reader's limit
 
         # ---- control -----------------------------------------------------------------------
@@ -250,7 +251,6 @@ class GatherReduce(wiring.Component):
             cpl.out_lines.eq(pool.lines), cpl.cycles.eq(cycles),
         ]
 
-        chk_wait = Signal(range(CHECK_LATENCY + 1))     # cycles in CHECK
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -258,12 +258,12 @@ class GatherReduce(wiring.Component):
                     m.d.comb += clear.eq(1)
                     m.d.sync += [c.eq(self.cmd.payload), c_log.eq(self.log),
                                  c_table.eq(self.table_id), cycles.eq(1), err_code.eq(0),
-                                 err_value.eq(0), err_bag.eq(0), wr_err.eq(0), chk_wait.eq(0)]
+                                 err_value.eq(0), err_bag.eq(0), wr_err.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += [self.busy.eq(1), pool.start.eq(1)]
-                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1), chk_wait.eq(chk_wait + 1)]
-                with m.If(chk_wait == CHECK_LATENCY):    # the checks see this command
+                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1)]
+                with m.If(chk_ready):       # the checks are this command's
                     with m.If(chk_err != 0):
                         m.d.sync += [err_code.eq(chk_err), err_value.eq(chk_val)]
                         m.next = "CPL"

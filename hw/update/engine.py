@@ -9,7 +9,7 @@ from ..encodings import DeviceError
 from ..gather.engine import register_slice
 from ..gather.front import BagFront
 from ..port_mux import RequestPortMux
-from ..cmd_checks import CHECK_LATENCY, command_checks
+from ..cmd_checks import command_checks
 from ..reqport import DeviceRequestSignature
 from .delta import DeltaRing
 from .fork import ItemFork
@@ -203,7 +203,8 @@ class UpdateEngine(wiring.Component):
         c = Signal(update_cmd_layout(ab))
         dim_log = Signal(2)
         need_log = ~c.nolog
-        chk_err, chk_val, dl, off_end = command_checks(m, cfg, c, c.grads_addr, err_width=8)
+        chk_err, chk_val, dl, off_end, chk_ready = command_checks(m, cfg, c, c.grads_addr, clear,
+                                                                  err_width=8)
         m.d.comb += [front.n_bags.eq(c.n_bags), front.table_rows.eq(c.table_rows),
                      front.offsets_addr.eq(c.offsets_addr), front.offsets_limit.eq(off_end),
                      front.indices_addr.eq(c.indices_addr), front.clear.eq(clear)]
@@ -302,7 +303,6 @@ class UpdateEngine(wiring.Component):
             cpl.stalls.eq(rows.stalls), cpl.cycles.eq(cycles),
         ]
 
-        chk_wait = Signal(range(CHECK_LATENCY + 1))     # cycles in CHECK
         with m.FSM(name="ctrl"):
             with m.State("IDLE"):
                 m.d.comb += self.cmd.ready.eq(1)
@@ -310,12 +310,12 @@ class UpdateEngine(wiring.Component):
                     m.d.comb += clear.eq(1)
                     m.d.sync += [c.eq(self.cmd.payload), cycles.eq(1), err_code.eq(0),
                                  err_value.eq(0), err_bag.eq(0), stop.eq(0),
-                                 idx_started.eq(0), chk_wait.eq(0)]
+                                 idx_started.eq(0)]
                     m.next = "CHECK"
             with m.State("CHECK"):
                 m.d.comb += self.busy.eq(1)
-                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1), chk_wait.eq(chk_wait + 1)]
-                with m.If(chk_wait == CHECK_LATENCY):    # the checks see this command
+                m.d.sync += [dim_log.eq(dl), cycles.eq(cycles + 1)]
+                with m.If(chk_ready):       # the checks are this command's
                     with m.If(chk_err != 0):
                         m.d.sync += [err_code.eq(chk_err), err_value.eq(chk_val)]
                         m.next = "CPL"

@@ -2,8 +2,8 @@
 
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
                       [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
-                      [--map {abc,abc9}] [--force-pnr] [--block NAME[,NAME...]|all]
-                      [--jobs N]
+                      [--map {abc,abc9}] [--force-pnr] [--pnr-timeout SECONDS]
+                      [--block NAME[,NAME...]|all] [--jobs N]
 
 ``--block`` places and routes blocks of the device alone (each in the same harness, in
 ``<out>/blocks/<name>``, with ``<out>/blocks/summary.{md,json}`` comparing them): their own

@@ -501,6 +501,15 @@ def _short(name: str, n: int = 64) -> str:
     return name if len(name) <= n else name[:n - 1] + "…"
 
 
+def clocked_paths(pnr: dict) -> list:
+    """The critical paths of a parsed nextpnr report between clocked elements (not I/O)."""
+    return [cp for cp in pnr["critical_paths"] if _clocked(cp)]
+
+
+def _clocked(cp: dict) -> bool:
+    return cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"
+
+
 def path_sources(cp: dict) -> list:
     """Distinct design source locations (outside Amaranth's library) along a path, in order."""
     seen = []
@@ -573,8 +582,7 @@ def write_markdown(rep: dict) -> str:
                              for c, f in pnr["fmax"].items()],
                             ["clock", "Fmax (MHz)", "target (MHz)", "timing"]))
         md.append("")
-        clocked = [cp for cp in pnr["critical_paths"]
-                   if cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"]
+        clocked = clocked_paths(pnr)
         missed = [c for c, f in pnr["fmax"].items() if not f["met"]]
         if missed and clocked:
             md.append(f"**Target missed** ({', '.join(missed)}). The critical path "
@@ -597,7 +605,7 @@ def write_markdown(rep: dict) -> str:
                   f"itself uses at least {ff - rep['harness']['flip_flops']}.")
         md.append("")
         for cp in pnr["critical_paths"]:
-            clocked = cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"
+            clocked = _clocked(cp)
             md.append(f"### {'Critical path' if clocked else 'I/O path'} {cp['from_clock']} -> "
                       f"{cp['to_clock']}: {cp['delay_ns']:.2f} ns ({cp['logic_ns']:.2f} logic, "
                       f"{cp['routing_ns']:.2f} routing, {cp['segments']} segments)")
@@ -825,8 +833,7 @@ def block_summary(reps: dict) -> dict:
         pnr = rep.get("ecp5_pnr")
         if pnr:
             row["fmax_mhz"] = min(f["achieved_mhz"] for f in pnr["fmax"].values())
-            clocked = [cp for cp in pnr["critical_paths"]
-                       if cp["from_clock"] != "<async>" and cp["to_clock"] != "<async>"]
+            clocked = clocked_paths(pnr)
             if clocked:
                 row.update(critical_ns=clocked[0]["delay_ns"],
                            routing_ns=clocked[0]["routing_ns"],

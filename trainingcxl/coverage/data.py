@@ -31,7 +31,17 @@ __all__ = ["Point", "read_dat", "Coverage", "load", "KINDS"]
 KINDS = ("line", "toggle")
 _ENTRY = re.compile(r"^C '(.*)' (\d+)$")
 _MODULE = re.compile(r"^module (\\\S+|\w+)")
-_TOGGLE = re.compile(r"^(.*?)(?:\[(\d+)\])?:[01]->[01]$")
+_TOGGLE = re.compile(r"^(.*?)((?:\[\d+\])*):[01]->[01]$")
+
+
+def toggle_signal_bit(comment: str) -> tuple[str, int] | None:
+    """(signal, bit) of a toggle point's comment (``x[3]:0->1`` -> ``("x", 3)``; every index
+    leaves the signal name, the last is the bit; no index: bit 0), None for another comment."""
+    m = _TOGGLE.match(comment)
+    if m is None:
+        return None
+    idx = re.findall(r"\d+", m.group(2))
+    return m.group(1), int(idx[-1]) if idx else 0
 
 
 def _one_domain(lines: list) -> tuple[list, set, dict]:
@@ -258,8 +268,8 @@ class Coverage:
             p = Point(*slot, nth[slot] - 1)
             self.counts[p] += count
             if kind == "toggle":
-                m = _TOGGLE.match(raw)
-                if m and int(m.group(2) or 0) in vf.constants.get(start, {}).get(m.group(1), ()):
+                sb = toggle_signal_bit(raw)
+                if sb and sb[1] in vf.constants.get(start, {}).get(sb[0], ()):
                     self.constant.add(p)
             self.where.setdefault(p, (f["f"], line, f.get("S", "")))
             if (block.name, variant) not in seen:
@@ -293,7 +303,8 @@ def demangle(name: str) -> str:
 
 def signal_of(p: Point) -> str:
     """The signal name of a toggle point (``x[3]:0->1`` -> ``x``), demangled."""
-    return re.sub(r"(\[\d+\])*:[01]->[01]$", "", p.comment)
+    sb = toggle_signal_bit(p.comment)
+    return p.comment if sb is None else sb[0]
 
 
 def matches(rule: dict, p: Point) -> bool:
@@ -306,8 +317,8 @@ def matches(rule: dict, p: Point) -> bool:
     if not fnmatch.fnmatchcase(p.module, rule.get("module", "*")):
         return False
     if "bits" in rule:
-        m = _TOGGLE.match(p.comment) if p.kind == "toggle" else None
-        if m is None or int(m.group(2) or 0) not in rule["bits"]:
+        sb = toggle_signal_bit(p.comment) if p.kind == "toggle" else None
+        if sb is None or sb[1] not in rule["bits"]:
             return False
     what = signal_of(p) if p.kind == "toggle" else p.comment
     return fnmatch.fnmatchcase(what, rule.get("signal", rule.get("comment", "*")))

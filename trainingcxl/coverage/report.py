@@ -159,20 +159,18 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
             body.append(f"<tr><td>{e(p.module or '(block)')}</td><td>{e(p.comment)}</td>"
                         f"<td><code>{Path(path).name}:{line}: {e(cov.source_line(p))}</code>"
                         "</td></tr>")
-        body.append(f"</table><h2>Signals with untoggled bits ({len(toggles)})</h2><table>"
-                    "<tr><th>module</th><th>signal</th><th>missed points</th></tr>")
-        for (mod, sig), n in toggles:
-            body.append(f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
-                        f"<td>{n}</td></tr>")
         consts = defaultdict(int)
         for p in cov.constant:
             if (p.block, p.variant) == (name, b["variant"]):
                 consts[(p.module, signal_of(p))] += 1
-        body.append(f"</table><h2>Signals with constant bits, not counted ({len(consts)})</h2>"
-                    "<table><tr><th>module</th><th>signal</th><th>points</th></tr>")
-        for (mod, sig), n in sorted(consts.items()):
-            body.append(f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
-                        f"<td>{n}</td></tr>")
+        for title, counted, rows_of in (
+                (f"Signals with untoggled bits ({len(toggles)})", "missed points", toggles),
+                (f"Signals with constant bits, not counted ({len(consts)})", "points",
+                 sorted(consts.items()))):
+            body.append(f"</table><h2>{title}</h2><table><tr><th>module</th><th>signal</th>"
+                        f"<th>{counted}</th></tr>")
+            body += [f"<tr><td>{e(mod or '(block)')}</td><td><code>{e(sig)}</code></td>"
+                     f"<td>{n}</td></tr>" for (mod, sig), n in rows_of]
         body.append("</table>")
         (out / page).write_text(f"<html><head><meta charset='utf-8'>{style}</head><body>"
                                 + "\n".join(body) + "</body></html>")

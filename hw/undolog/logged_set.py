@@ -15,11 +15,15 @@ class LoggedSet(wiring.Component):
     cycle.
 
     Keys live in a memory of ``sets`` entries of ``ways`` keys with an asynchronous read port.
-    Each set's valid bits live in a second memory with the set's epoch: a way is valid only
-    while its set's epoch equals the current epoch, so ``clear`` (and reset) empties the whole
-    set in one cycle by advancing the epoch. A scrubber rewrites one set per cycle without an
-    insert (every cycle of ``clear`` or reset included) with the current epoch, so no set's epoch
-    lags by more than ``sets`` + 1 advances and never comes round again (``epoch_bits`` >
+    An insert or remove is written to the memories in the cycle after it is decided; that
+    cycle's lookup sees it through a bypass (the written set's valid bits, and the inserted key
+    compared with the looked-up one beside the memory read), so no path runs from the lookup
+    through the decision into the memories. Each set's valid bits live in a second memory with
+    the set's epoch: a way is valid only while its set's epoch equals the current epoch, so
+    ``clear`` (and reset) empties the whole set in one cycle by advancing the epoch (a write
+    still pending then is dropped). A scrubber rewrites one set per cycle without a write
+    (every cycle of ``clear`` or reset included) with the current epoch, so no set's epoch lags
+    by more than ``sets`` + 1 advances and never comes round again (``epoch_bits`` >
     log2(``sets`` + 2)). The current epoch is not reset: memories keep their contents over a
     reset, and each reset cycle advances it. The set of a key is
     ``(row ^ (row >> log2(sets)) ^ table) mod sets`` (docs/training.md section 5).
@@ -89,39 +93,63 @@ class LoggedSet(wiring.Component):
         v_wr = valid_mem.write_port()
         epoch = Signal(eb, reset_less=True)
         scrub = Signal(range(mem_sets), reset_less=True)   # every cycle of a reset scrubs too
-        key = Cat(self.row, self.table)
+        key = Signal(KEY_BITS)
         h = Signal(range(mem_sets))
-        m.d.comb += [h.eq((self.row ^ (self.row >> s_bits) ^ self.table) & (n_sets - 1)),
+        m.d.comb += [key.eq(Cat(self.row, self.table)),
+                     h.eq((self.row ^ (self.row >> s_bits) ^ self.table) & (n_sets - 1)),
                      set_rd.addr.eq(h), v_rd.addr.eq(h)]
+
+        # the insert or remove decided last cycle, written to the memories this cycle and
+        # seen by this cycle's lookup through the bypass below
+        pw_valid = Signal()
+        pw_set = Signal(range(mem_sets))
+        pw_word = Signal(n_ways + eb)     # the set's new (valid bits, epoch)
+        pw_ways = Signal(n_ways)          # ways whose key is written (one-hot; 0: a removal)
+        pw_key = Signal(KEY_BITS)
+        advance = self.clear | ResetSignal()
+        pw_now = Signal()                 # written this cycle (an advance cancels it: the
+        m.d.comb += pw_now.eq(pw_valid & ~advance)   # clear empties the set anyway)
+        with m.If(pw_now):
+            m.d.comb += [set_wr.addr.eq(pw_set), set_wr.data.eq(Cat([pw_key] * n_ways)),
+                         set_wr.en.eq(pw_ways),
+                         v_wr.addr.eq(pw_set), v_wr.data.eq(pw_word), v_wr.en.eq(1)]
+
+        same = Signal()                   # the lookup's set is the one written this cycle
+        m.d.comb += same.eq(pw_valid & (pw_set == h))
+        word = Signal(n_ways + eb)
+        m.d.comb += word.eq(Mux(same, pw_word, v_rd.data))
         vbits = Signal(n_ways)
-        m.d.comb += vbits.eq(Mux(v_rd.data[n_ways:] == epoch, v_rd.data[:n_ways], 0))
+        m.d.comb += vbits.eq(Mux(word[n_ways:] == epoch, word[:n_ways], 0))
+        key_is_pw = Signal()
+        m.d.comb += key_is_pw.eq(key == pw_key)
         hit_ways = Signal(n_ways)
-        m.d.comb += [hit_ways.eq(Cat(vbits[w] & (set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS]
-                                                 == key) for w in range(n_ways))),
+        m.d.comb += [hit_ways.eq(Cat(
+                         vbits[w] & Mux(same & pw_ways[w], key_is_pw,
+                                        set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS] == key)
+                         for w in range(n_ways))),
                      self.hit.eq(hit_ways.any())]
         free_onehot = Signal(n_ways)      # lowest-numbered invalid way
         for w in reversed(range(n_ways)):
             with m.If(~vbits[w]):
                 m.d.comb += free_onehot.eq(1 << w)
-        advance = self.clear | ResetSignal()
+
         with m.If(advance):
             m.d.sync += epoch.eq(epoch + 1)
+        m.d.sync += [pw_set.eq(h), pw_key.eq(key), pw_valid.eq(0)]
         with m.If(self.insert & ~advance & (free_onehot != 0)):
-            m.d.comb += [set_wr.addr.eq(h), set_wr.data.eq(Cat([key] * n_ways)),
-                         set_wr.en.eq(free_onehot),
-                         v_wr.addr.eq(h), v_wr.data.eq(Cat(vbits | free_onehot, epoch)),
-                         v_wr.en.eq(1)]
+            m.d.sync += [pw_valid.eq(1), pw_ways.eq(free_onehot),
+                         pw_word.eq(Cat(vbits | free_onehot, epoch))]
         with m.Elif(self.remove & ~advance):
-            m.d.comb += [v_wr.addr.eq(h), v_wr.data.eq(Cat(vbits & ~hit_ways, epoch)),
-                         v_wr.en.eq(1)]
-        with m.Else():
-            # scrub: set ``scrub`` gets the epoch in force next cycle, its ways emptied unless
-            # they are valid now and stay so
-            keep = Signal(n_ways)
-            m.d.comb += [s_rd.addr.eq(scrub),
-                         keep.eq(Mux(~advance & (s_rd.data[n_ways:] == epoch),
-                                     s_rd.data[:n_ways], 0)),
-                         v_wr.addr.eq(scrub), v_wr.data.eq(Cat(keep, (epoch + advance)[:eb])),
+            m.d.sync += [pw_valid.eq(1), pw_ways.eq(0),
+                         pw_word.eq(Cat(vbits & ~hit_ways, epoch))]
+
+        # scrub: in every cycle without a write, set ``scrub`` gets the epoch in force next
+        # cycle, its ways emptied unless they are valid now and stay so
+        keep = Signal(n_ways)
+        m.d.comb += [s_rd.addr.eq(scrub),
+                     keep.eq(Mux(~advance & (s_rd.data[n_ways:] == epoch), s_rd.data[:n_ways], 0))]
+        with m.If(~pw_now):
+            m.d.comb += [v_wr.addr.eq(scrub), v_wr.data.eq(Cat(keep, (epoch + advance)[:eb])),
                          v_wr.en.eq(1)]
             m.d.sync += scrub.eq(scrub + 1)
         with m.If(self.insert & (free_onehot == 0)):

@@ -139,18 +139,20 @@ class UndoLogger(wiring.Component):
         tr, en = self.tee_rows.payload, self.ensure.payload
         m.d.comb += [self.ready.eq(1), self.q_row.eq(en.row)]
 
-        # ---- logged set: keyed by the tee row, or by the ensure row when ``use_ens_key`` ----
+        # ---- logged set: keyed by a waiting tee row in IDLE, else by the ensure row ----------
+        # (the key is chosen from state and ``tee_rows.valid`` only; the hit is used only where
+        # that key's row is the one decided on)
         m.submodules.logged = logged = LoggedSet(cfg.log_set_sets, cfg.log_set_ways)
-        use_ens_key = Signal()
+        use_tee_key = Signal()
         do_insert = Signal()
         hit = logged.hit
         # a tee row whose read failed is removed again in the cycle after its last line
         # (``rm_pending``; nothing else uses the set in that cycle)
         rm_pending = Signal()
         rm_table, rm_row = Signal(16), Signal(32)
-        m.d.comb += [logged.row.eq(Mux(rm_pending, rm_row, Mux(use_ens_key, en.row, tr.row))),
+        m.d.comb += [logged.row.eq(Mux(rm_pending, rm_row, Mux(use_tee_key, tr.row, en.row))),
                      logged.table.eq(Mux(rm_pending, rm_table,
-                                         Mux(use_ens_key, en.table, tr.table))),
+                                         Mux(use_tee_key, tr.table, en.table))),
                      logged.insert.eq(do_insert), logged.remove.eq(rm_pending),
                      logged.clear.eq(self.retire),
                      self.set_overflow.eq(logged.overflow)]
@@ -246,6 +248,7 @@ class UndoLogger(wiring.Component):
         ens_code = Signal(8)
         with m.FSM(name="ensure") as ens_fsm:
             with m.State("IDLE"):
+                m.d.comb += use_tee_key.eq(self.tee_rows.valid)
                 m.d.comb += self.tee_rows.ready.eq(free & ~rm_pending & (hit | at_full | win_ok))
                 with m.If(rm_pending):
                     pass                # the logged set removes a failed row this cycle
@@ -260,7 +263,6 @@ class UndoLogger(wiring.Component):
                             start(tr, write=1, ens=0)
                             m.d.comb += do_insert.eq(1)
                 with m.Elif(self.ensure.valid & ~have):
-                    m.d.comb += use_ens_key.eq(1)
                     with m.If(hit):
                         # answered in this cycle; held in DONE if not taken
                         m.d.comb += [self.ensure_done.valid.eq(1),
@@ -283,7 +285,6 @@ class UndoLogger(wiring.Component):
                 with m.If(~have & (writer.inflight == 0)):
                     m.next = "INSERT"
             with m.State("INSERT"):
-                m.d.comb += use_ens_key.eq(1)
                 with m.If(ens_err):
                     m.d.sync += ens_code.eq(DeviceError.MEDIA)
                 with m.Else():

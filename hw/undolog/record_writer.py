@@ -99,14 +99,15 @@ class RecordWriter(wiring.Component):
                                                      depth=buf + 1)
         m.submodules.hq = hq = fifo.SyncFIFOBuffered(width=hdr_lay.size, depth=buf + 1)
         # dim_log of each record in flight, allocation order (= write order = ack order). Block
-        # RAM FIFO (an entry is readable 2 cycles after its write; a record's first write
-        # acknowledgement comes at least 4 cycles after its allocation: line taken >= +1, data
-        # queue readable >= +3, write >= +3, response >= +4)
+        # RAM FIFO, written the cycle after the allocation (an entry is readable 2 cycles after
+        # its write, so 3 after the allocation; a record's first write acknowledgement comes at
+        # least 4 cycles after its allocation: line taken >= +1, data queue readable >= +3,
+        # write >= +3, response >= +4)
         m.submodules.rec_q = rec_q = fifo.SyncFIFOBuffered(width=2,
                                                            depth=max(2, cfg.log_window) + 1)
         # (rec_q is written by a pulse and popped on a record's last acknowledgement, with no
         # ready on either side: not a stream)
-        m.d.comb += [rec_q.w_en.eq(self.alloc), rec_q.w_data.eq(self.alloc_dl)]
+        m.d.sync += [rec_q.w_en.eq(self.alloc), rec_q.w_data.eq(self.alloc_dl)]
         m.d.comb += [dq.w_stream.valid.eq(self.lines.valid),
                      dq.w_stream.payload.eq(self.lines.payload),
                      self.lines.ready.eq(dq.w_stream.ready)]

@@ -689,9 +689,10 @@ def test_reset_clears_logged_set():
 def test_logged_set_epochs_against_model():
     """LoggedSet alone against a Python model (set of keys per batch, ways per set, overflow
     count): 4 sets x 2 ways, the narrowest epoch (3 bits, so it wraps every 8 clears or reset
-    cycles), random lookups and inserts of misses (keys that collide in few sets), clears and
-    multi-cycle resets; ``hit`` checked every cycle. A stale way from an earlier epoch must
-    never read as valid, also after the epoch has come round again."""
+    cycles), random lookups, inserts of misses and removals of hits (keys that collide in few
+    sets, so a lookup often meets the set written in the cycle before), clears and multi-cycle
+    resets; ``hit`` checked every cycle. A stale way from an earlier epoch must never read as
+    valid, also after the epoch has come round again."""
     from hw.undolog.logged_set import LoggedSet
     seed = 77
     rng = make_rng(seed)
@@ -701,7 +702,7 @@ def test_logged_set_epochs_against_model():
     dut.submodules.logged = inner = LoggedSet(sets, ways, epoch_bits=3)
     rst = cd.rst
     model = {}                         # set -> keys in the open batch
-    stats = {"inserts": 0, "overflows": 0, "clears": 0, "resets": 0, "hits": 0}
+    stats = {"inserts": 0, "overflows": 0, "clears": 0, "resets": 0, "hits": 0, "removes": 0}
 
     def set_of(row, table):
         return (row ^ (row >> 2) ^ table) & (sets - 1)
@@ -733,12 +734,18 @@ def test_logged_set_epochs_against_model():
             stats["hits"] += want
             clear = r < 0.06
             insert = not want and not clear and rng.random() < 0.6
+            remove = want and not clear and rng.random() < 0.2
             ctx.set(inner.insert, insert)
+            ctx.set(inner.remove, remove)
             ctx.set(inner.clear, clear)
             await ctx.tick()
             cyc += 1
             ctx.set(inner.insert, 0)
+            ctx.set(inner.remove, 0)
             ctx.set(inner.clear, 0)
+            if remove:
+                model[set_of(row, table)].discard(key)
+                stats["removes"] += 1
             if insert:
                 keys = model.setdefault(set_of(row, table), set())
                 if len(keys) < ways:
@@ -754,4 +761,4 @@ def test_logged_set_epochs_against_model():
     simulate(dut, [tb], max_cycles=8000, name="logged_set")
     print(f"logged set model test (seed {seed}): {stats}")
     assert (stats["clears"] > 100 and stats["resets"] > 20 and stats["overflows"] > 50
-            and stats["hits"] > 200), f"weak stimulus (seed {seed})"
+            and stats["hits"] > 200 and stats["removes"] > 50), f"weak stimulus (seed {seed})"

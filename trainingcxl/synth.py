@@ -39,6 +39,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 
@@ -273,12 +274,16 @@ def _clock_name(net: str) -> str:
     return name
 
 
+_STDLIB = sysconfig.get_paths()["stdlib"] + os.sep
+
+
 def clean_source(src: str) -> str | None:
     """A source location relative to the checkout (or to site-packages for Amaranth's own
-    library); None for Yosys techmap library locations (``/share/...``), which say nothing
+    library); None for Yosys techmap library locations (``/share/...``) and Python's standard
+    library (Amaranth records ``contextlib`` for an FSM's state register), which say nothing
     about the design."""
     src = src.strip()
-    if not src or src.startswith("/share/"):
+    if not src or src.startswith("/share/") or src.startswith(_STDLIB):
         return None
     marker = os.sep + "site-packages" + os.sep     # (before the checkout: a .venv inside it)
     if marker in src:

@@ -4,6 +4,7 @@ clearly misses) its tools, and turns a saved nextpnr report into Fmax, utilizati
 critical path with design source lines. No Yosys or nextpnr run here (minutes each)."""
 import json
 import re
+import sysconfig
 
 import pytest
 from amaranth.back import rtlil
@@ -306,6 +307,8 @@ def test_nextpnr_report_critical_path_names_design_sources():
     assert synth.clean_source("/share/lattice/cells_map_trellis.v:108") is None
     venv = synth.REPO_ROOT / ".venv/lib/python3.11/site-packages/amaranth/lib/fifo.py"
     assert synth.clean_source(f"{venv}:92") == "amaranth/lib/fifo.py:92"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    assert synth.clean_source(f"{stdlib}/contextlib.py:144") is None
     assert synth.net_label("dev.cpl__payload$89.sat_TRELLIS_FF_Q_5_DI_CCU2C_S1") == \
         "dev.cpl__payload.sat"
     assert synth.net_label("dev.gather.tag_q.r_data[1]") == "dev.gather.tag_q.r_data"

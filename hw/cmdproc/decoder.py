@@ -1,5 +1,5 @@
 """DescriptorDecoder: a descriptor's fields, its checks and the engine commands it makes."""
-from amaranth.hdl import Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -20,13 +20,20 @@ table_entry_layout = data.StructLayout({"base": 64, "rows": 32, "dim": 32})
 
 
 class DescriptorDecoder(wiring.Component):
-    """Combinational: what a fetched descriptor asks for and whether it may run.
+    """What a fetched descriptor asks for and whether it may run.
 
     The pre-execution checks, in docs order (the first failing one gives ``pre_code`` and
     ``pre_value``; 0 when all pass): unknown kind; table id; batch (LOOKUP with LOG, UPDATE,
     COMMIT: ``batch`` = C+1); the table's dim; addresses wider than ``cfg.addr_bits``;
     SNAPSHOT: epoch in (A, C+1], source width, ``length`` <= the slot capacity, source inside
     the staging region (docs/training.md sections 2 and 9). The engines check the rest.
+
+    Latency: the checks are registered. ``pre_code``, ``pre_value``, ``lag_ok`` and
+    ``lag_wait`` of cycle t describe the inputs of cycle t - 1 (each check's outcome, the
+    table's base and dim and the lag compares are registered; the first failing check is
+    picked after the register from the descriptor's fields, which the caller holds). The
+    engine commands (``lk_cmd``, ``up_cmd``, ``snap_cmd``, ``lk_log``) and ``open_batch`` are
+    combinational.
 
     Parameters
     ----------
@@ -51,11 +58,11 @@ class DescriptorDecoder(wiring.Component):
         The LR CSR (used unless the descriptor carries its own).
     open_batch : Out(64)
     pre_code : Out(8), pre_value : Out(64)
-        The first failing check (``DeviceError``) and its value.
+        The first failing check (``DeviceError``) and its value (one cycle late).
     lag_ok : Out(1)
-        COMMIT lag check passes: C+1 <= P or C+1 - P <= k.
+        COMMIT lag check passes: C+1 <= P or C+1 - P <= k (one cycle late).
     lag_wait : Out(1)
-        It fails but a snapshot in flight would satisfy it (C+1 - A <= k).
+        It fails but a snapshot in flight would satisfy it (C+1 - A <= k; one cycle late).
     lk_cmd : Out(lookup_cmd_layout(cfg.addr_bits)), lk_log : Out(1)
         The LOOKUP command and its LOG flag.
     up_cmd : Out(update_cmd_layout(cfg.addr_bits))
@@ -87,6 +94,7 @@ class DescriptorDecoder(wiring.Component):
         d = self.desc
         kind, flags, table, batch, length = d.kind, d.flags, d.table, d.batch, d.length
         t_base, t_rows, t_dim = Signal(64), Signal(32), Signal(32)   # 0 for a bad table id
+        t_base_q, t_dim_q = Signal(64), Signal(32)                    # as the checks saw them
         with m.Switch(table):
             for i in range(N_TABLES):
                 with m.Case(i):
@@ -114,8 +122,8 @@ class DescriptorDecoder(wiring.Component):
             (~(is_lu | is_commit | is_snap), DeviceError.UNKNOWN_KIND, kind),
             (is_lu & (table >= N_TABLES), DeviceError.BAD_TABLE, table),
             (checks_batch & (batch != open_batch), DeviceError.WRONG_BATCH, batch),
-            (is_lu & (t_dim >> 16 != 0), DeviceError.BAD_DIM, t_dim),
-            (is_lu & too_wide(t_base), DeviceError.ADDR_RANGE, t_base),
+            (is_lu & (t_dim >> 16 != 0), DeviceError.BAD_DIM, t_dim_q),
+            (is_lu & too_wide(t_base), DeviceError.ADDR_RANGE, t_base_q),
             (is_lu & too_wide(d.offsets_addr), DeviceError.ADDR_RANGE, d.offsets_addr),
             (is_lu & too_wide(d.indices_addr), DeviceError.ADDR_RANGE, d.indices_addr),
             (is_lu & too_wide(d.data_addr), DeviceError.ADDR_RANGE, d.data_addr),
@@ -125,12 +133,17 @@ class DescriptorDecoder(wiring.Component):
             (is_snap & len_bad, DeviceError.SNAP_LENGTH, length),
             (is_snap & ~src_in, DeviceError.ADDR_RANGE, d.data_addr),
         ]
-        for i, (cond, code, value) in enumerate(checks):
-            with (m.If if i == 0 else m.Elif)(cond):
+        # each outcome registered (with the table fields a value may name), then the first
+        # failing one picked
+        failed = Signal(len(checks))
+        m.d.sync += [failed.eq(Cat(cond for cond, _, _ in checks)),
+                     t_base_q.eq(t_base), t_dim_q.eq(t_dim)]
+        for i, (_, code, value) in enumerate(checks):
+            with (m.If if i == 0 else m.Elif)(failed[i]):
                 m.d.comb += [self.pre_code.eq(code), self.pre_value.eq(value)]
 
         # COMMIT lag check (section 9): b = C+1, P = last completed snapshot, k = MLP_LAG
-        m.d.comb += [
+        m.d.sync += [
             self.lag_ok.eq((open_batch <= self.snap_epoch) |
                            ((open_batch - self.snap_epoch)[:64] <= self.mlp_lag)),
             self.lag_wait.eq(self.snap_busy & ((open_batch <= self.snap_accepted) |

@@ -26,7 +26,8 @@ class CommandProcessor(wiring.Component):
     """Executes the descriptors of the command ring, one at a time, in ring order.
 
     Contract: docs/training.md sections 1-3. FETCH (RdCur of the descriptor line, id 3) →
-    DECODE (kind, table id, batch, widths; docs order, :class:`DescriptorDecoder`) → the engine
+    CHECK (one cycle: the :class:`DescriptorDecoder` registers its checks) → DECODE (kind,
+    table id, batch, widths; docs order: the first failing check) → the engine
     (LOOKUP: gather; its undo records may still be in flight when it completes. UPDATE: first
     wait until the undo logger is idle, so every record is persistent before any in-place
     write (``MEDIA`` instead if a record write of the batch failed), then the update engine. COMMIT: the MLP lag check (section 9; waits while an
@@ -218,7 +219,10 @@ class CommandProcessor(wiring.Component):
                 with m.If(self.mem.rd_resp.valid):
                     m.d.sync += [desc.eq(self.mem.rd_resp.payload.data),
                                  media_err.eq(self.mem.rd_resp.payload.err)]
-                    m.next = "DECODE"
+                    m.next = "CHECK"
+            with m.State("CHECK"):
+                # (the decoder's checks of the descriptor are registered this cycle)
+                m.next = "DECODE"
             with m.State("DECODE"):
                 m.d.sync += [r.batch.eq(batch), rec0.eq(self.log_records),
                              full0.eq(self.log_full_events)]

@@ -1,12 +1,15 @@
 """RowCam: a small exact table of rows in flight, searched in one cycle (the row tracker's victims).
 
 ``n`` entries, each (valid, row index, count of that row's lines read-issued and not yet
-write-acknowledged). Ports (all combinational in, registered state):
+write-acknowledged). Ports:
 
-- ``q_row`` (in 32) -> ``hit`` (out): a valid entry holds ``q_row`` (a CAM over all entries;
-  only a true match is a hit); ``hit_idx`` (out): that entry. ``full`` (out): no entry is
-  free. ``free_idx`` (out): the lowest-numbered free entry (meaningless when ``full``).
-- ``q2_row`` (in 32) -> ``q2_hit`` (out): a second, independent lookup port (same CAM
+- ``q_row`` (in 32) -> ``hit`` (out, next cycle): a valid entry holds last cycle's ``q_row``
+  (a CAM over all entries; only a true match is a hit), as the state is in this cycle (after
+  last cycle's ``alloc``, ``join`` and ``dec``); ``hit_idx`` (out): that entry. The compares
+  are made against last cycle's entries and registered; an entry allocated last cycle is
+  compared through its ``alloc_row`` instead. ``full`` (out): no entry is free. ``free_idx``
+  (out): the lowest-numbered free entry (meaningless when ``full``).
+- ``q2_row`` (in 32) -> ``q2_hit`` (out, next cycle): a second, independent lookup port (same
   semantics as ``q_row``/``hit``; used by the undo logger's ensure path).
 - ``alloc`` (in) with ``alloc_row``/``alloc_count``: entry ``free_idx`` becomes valid with that
   row and count (``alloc_count`` >= 1). Only when not ``full``; the caller also checks ``hit``
@@ -48,10 +51,10 @@ class RowCam(wiring.Component):
     Members
     -------
     q_row : In(row_bits); hit, hit_idx, full, free_idx : Out
-        Lookup (a CAM over all valid entries): ``hit`` and its entry; no free entry; the lowest
-        free entry.
+        Lookup (a CAM over all valid entries; ``hit`` and ``hit_idx`` for last cycle's
+        ``q_row``): ``hit`` and its entry; no free entry; the lowest free entry.
     q2_row : In(row_bits); q2_hit : Out(1)
-        A second, independent lookup (the undo logger's query).
+        A second, independent lookup (last cycle's ``q2_row``; the undo logger's query).
     alloc, join : In(1); alloc_row : In(row_bits); alloc_count : In(count_bits)
         Allocate ``free_idx`` for a row (not when ``full``), or add lines to ``hit_idx``.
     dec : In(1), dec_idx : In(entry bits)
@@ -89,13 +92,20 @@ class RowCam(wiring.Component):
         valid = Signal(n)
         rows = [Signal(self._rb, name=f"row{i}") for i in range(n)]
         cnts = [Signal(self._cb, name=f"cnt{i}") for i in range(n)]
-        match = Signal(n)
-        m.d.comb += match.eq(Cat(valid[i] & (rows[i] == self.q_row) for i in range(n)))
-        m.d.comb += self.q2_hit.eq(Cat(valid[i] & (rows[i] == self.q2_row)
-                                       for i in range(n)).any())
         # one-hot lowest free entry: the lowest zero bit of ``valid``
         free_oh = Signal(n)
         m.d.comb += free_oh.eq(~valid & (valid + 1)[:n])
+        # the compares of this cycle's queries, registered; an entry allocated this cycle is
+        # compared next cycle through ``alloc_row``
+        alloc_oh = Signal(n)
+        m.d.sync += alloc_oh.eq(Mux(self.alloc, free_oh, 0))
+        match, match2 = Signal(n), Signal(n)
+        for q, out in ((self.q_row, match), (self.q2_row, match2)):
+            pre, same = Signal(n), Signal()
+            m.d.sync += [pre.eq(Cat(rows[i] == q for i in range(n))),
+                         same.eq(self.alloc_row == q)]
+            m.d.comb += out.eq(valid & ((alloc_oh & same.replicate(n)) | (pre & ~alloc_oh)))
+        m.d.comb += self.q2_hit.eq(match2.any())
 
         def encode(oh):       # one-hot (or zero) -> index
             return Cat(Cat(oh[i] for i in range(n) if i >> b & 1).any()

@@ -50,7 +50,9 @@ class RowTracker(wiring.Component):
     Latency: the lookup results of cycle t describe the ``q_row`` (``q2_row``) of cycle t - 1,
     against the state after every ``alloc``, ``join`` and ``dec`` of cycles up to t - 1 (the
     table read at t - 1 is transparent to that cycle's writes; a ``dec`` of cycle t - 1, whose
-    counter write lands at t, is bypassed). ``alloc`` and ``join`` of cycle t act on that row.
+    counter write lands at t, is bypassed: whether it names the query's set is compared at
+    t - 1 and registered, as are the victim CAM's compares). ``alloc`` and ``join`` of cycle t
+    act on that row.
 
     Capacity and ordering: a new row waits (``full``) only when its set's ``ways`` entries and
     all ``victims`` hold other rows; at most ``entries + victims`` rows are in flight. One
@@ -137,7 +139,8 @@ class RowTracker(wiring.Component):
                                                                       count_bits=cb))
         q_r, q2_r = Signal(rb), Signal(rb)           # the rows whose results are shown
         m.d.sync += [q_r.eq(self.q_row), q2_r.eq(self.q2_row)]
-        set_q, set_q2 = row_set(q_r, sb, rb), row_set(q2_r, sb, rb)
+        set_q = Signal(sb)                           # row_set(q_r), registered with it
+        m.d.sync += set_q.eq(row_set(self.q_row, sb, rb))
 
         sweeping = Signal(init=1)                    # memories hold anything after a reset
         sweep_set = Signal(sb)
@@ -145,6 +148,13 @@ class RowTracker(wiring.Component):
         d_vic = self.dec_idx[-1]
         m.d.sync += [dec_d.eq(self.dec & ~d_vic), dec_set_d.eq(self.dec_idx[wb:wb + sb]),
                      dec_way_d.eq(self.dec_idx[:wb])]
+        # last cycle's dec names the set of last cycle's query (its counter write lands now,
+        # after this cycle's results were read): compared a cycle early, registered
+        dec_q_set, dec_q2_set = Signal(), Signal()
+        dec_set = self.dec_idx[wb:wb + sb]
+        m.d.sync += [dec_q_set.eq(self.dec & ~d_vic & (dec_set == row_set(self.q_row, sb, rb))),
+                     dec_q2_set.eq(self.dec & ~d_vic &
+                                   (dec_set == row_set(self.q2_row, sb, rb)))]
 
         match, free, match2, iss = [], [], [], []
         ent_way, ent_tab, upd = Signal(wb), Signal(), Signal()
@@ -157,10 +167,10 @@ class RowTracker(wiring.Component):
                          ak_q2.addr.eq(row_set(self.q2_row, sb, rb)),
                          ak_a.addr.eq(self.dec_idx[wb:wb + sb])]
 
-            def busy(rc, ak, s):
-                byp = dec_d & (dec_way_d == w) & (dec_set_d == s)
-                return rc.data[rb:] != (ak.data + byp)[:cb]
-            b1, b2 = busy(rc_q, ak_q, set_q), busy(rc_q2, ak_q2, set_q2)
+            def busy(rc, ak, dec_here):
+                byp = dec_here & (dec_way_d == w)
+                return Mux(byp, rc.data[rb:] != (ak.data + 1)[:cb], rc.data[rb:] != ak.data)
+            b1, b2 = busy(rc_q, ak_q, dec_q_set), busy(rc_q2, ak_q2, dec_q2_set)
             match.append(b1 & (rc_q.data[:rb] == q_r))
             match2.append(b2 & (rc_q2.data[:rb] == q2_r))
             free.append(~b1)
@@ -182,7 +192,7 @@ class RowTracker(wiring.Component):
         pad = Const(0, exact_log2(self._n) - vb)
         vic_idx, vic_free = Cat(vic.hit_idx, pad, Const(1, 1)), Cat(vic.free_idx, pad, Const(1, 1))
         m.d.comb += [
-            vic.q_row.eq(q_r), vic.q2_row.eq(q2_r), vic.alloc_row.eq(q_r),
+            vic.q_row.eq(self.q_row), vic.q2_row.eq(self.q2_row), vic.alloc_row.eq(q_r),
             vic.alloc_count.eq(self.alloc_count),
             vic.dec.eq(self.dec & d_vic), vic.dec_idx.eq(self.dec_idx),
             self.hit.eq(~sweeping & (t_hit | vic.hit)),

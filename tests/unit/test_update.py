@@ -690,7 +690,8 @@ def test_update_throughput_distinct_rows():
 def test_row_tracker_matches_model():
     """RowTracker alone against a Python model of its contract: 8 table entries (2 sets x 4
     ways) and 2 victims, rows 0..39 (so sets and victims fill often), random queries on both
-    ports, allocations (only when neither hit nor full, as the engine does), joins (only on a
+    ports (often the row of the query before, so a lookup meets the entry allocated in the
+    cycle before), allocations (only when neither hit nor full, as the engine does), joins (only on a
     hit), decrements of random in-flight entries (joins and decrements of one entry in one
     cycle too) and clears with lines outstanding. Every cycle, for the previous cycle's query:
     ``hit``, ``hit_idx``, ``full`` (set and victims all taken, or a sweep), ``free_idx`` (the
@@ -703,7 +704,8 @@ def test_row_tracker_matches_model():
     sets = n // ways
     dut = RowTracker(n, ways=ways, victims=nv, count_bits=cb)
     model = {}                  # entry index -> [row, lines in flight]
-    stats = {"joins": 0, "join_dec": 0, "victim": 0, "full": 0, "clears": 0}
+    stats = {"joins": 0, "join_dec": 0, "victim": 0, "victim_requery": 0, "full": 0,
+             "clears": 0}
 
     def set_of(row):            # XOR fold of 32 row bits into log2(sets) bits
         sb, out = sets.bit_length() - 1, 0
@@ -744,7 +746,9 @@ def test_row_tracker_matches_model():
             dec = bool(busy) and not sweeping and rng.random() < 0.45
             di = (hit_i if join and rng.random() < 0.3 else rng.choice(busy)) if dec else 0
             clear = not (alloc or join or dec) and model and rng.random() < 0.01
-            q, q2 = rng.randrange(40), rng.randrange(40)
+            # (a query often repeats the last one: the row allocated this cycle, looked up next)
+            q = prev_q if rng.random() < 0.15 else rng.randrange(40)
+            q2 = prev_q if rng.random() < 0.15 else rng.randrange(40)
             for name, v in (("q_row", q), ("q2_row", q2), ("alloc_count", cnt),
                             ("alloc", alloc), ("join", join), ("dec", dec), ("dec_idx", di),
                             ("clear", bool(clear))):
@@ -761,6 +765,7 @@ def test_row_tracker_matches_model():
             if alloc:
                 model[exp_free] = [prev_q, cnt]
                 stats["victim"] += exp_free >= n
+                stats["victim_requery"] += exp_free >= n and q == prev_q
             if clear:
                 stats["clears"] += 1
                 model.clear()
@@ -771,4 +776,5 @@ def test_row_tracker_matches_model():
     simulate(dut, [tb], max_cycles=5000, name="row_tracker")
     print(f"row tracker model test (seed {seed}): {stats}")
     assert (stats["joins"] > 100 and stats["join_dec"] and stats["victim"] > 20
+            and stats["victim_requery"] > 5
             and stats["full"] > 20 and stats["clears"] > 3), f"weak stimulus (seed {seed})"

@@ -240,7 +240,7 @@ class GatherReduce(wiring.Component):
         # (a slice's level counts its output register, so level 0 also means the issuer holds
         # no item; in DRAIN the sequencer offers no item: its ``err`` or ``done`` stays high
         # until the next command and closes its output)
-        drained = (off_rd.idle & idx_rd.idle & (item_slice.level == 0) &
+        drained = (off_rd.idle & idx_rd.idle & (item_slice.level == 0) & pool.idle &
                    (rd_slice.level == 0) & (tag_q.level == 0) &
                    (out_q.level == 0) & (wr_pending == 0) &
                    (log_row_q.level == 0) & (log_line_q.level == 0))

@@ -691,8 +691,8 @@ def test_row_tracker_matches_model():
     """RowTracker alone against a Python model of its contract: 8 table entries (2 sets x 4
     ways) and 2 victims, rows 0..39 (so sets and victims fill often), random queries on both
     ports (often the row of the query before, so a lookup meets the entry allocated in the
-    cycle before), allocations (only when neither hit nor full, as the engine does), joins (only on a
-    hit), decrements of random in-flight entries (joins and decrements of one entry in one
+    cycle before), allocations (only when neither hit nor full, as the engine does), joins
+    (only on a hit), decrements of random in-flight entries (joins and decrements of one entry in one
     cycle too) and clears with lines outstanding. Every cycle, for the previous cycle's query:
     ``hit``, ``hit_idx``, ``full`` (set and victims all taken, or a sweep), ``free_idx`` (the
     lowest free way of the row's set, else the lowest free victim), ``q2_hit`` and ``idle``; the

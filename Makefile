@@ -98,7 +98,9 @@ system: $(STAMP)
 # configuration. synth-blocks places and routes each block of the device alone, two at a time,
 # with router1 (router2 did not converge on three of the blocks) and at most 15 minutes of
 # place and route per block (the CSR block routes with neither router in that time):
-# build/synth/blocks/summary.md, each block's Fmax and critical path; about 40 minutes
+# build/synth/blocks/summary.md, each block's Fmax and critical path; about 40 minutes.
+# SEEDS=1,2,3 places and routes each block once per seed and reports the median and each
+# seed's Fmax (one netlist's Fmax varies by a tenth and more between seeds; docs/fpga.md)
 FPGA_STAMP := $(VENV)/.stamp-fpga
 $(FPGA_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[fpga]'
@@ -109,7 +111,7 @@ synth: $(FPGA_STAMP)
 
 synth-blocks: $(FPGA_STAMP)
 	$(TCXL) synth --block all --jobs 2 --no-xilinx --router router1 --pnr-timeout 900 \
-		$(if $(CONFIG),--config $(CONFIG))
+		$(if $(CONFIG),--config $(CONFIG)) $(if $(SEEDS),--seeds $(SEEDS))
 
 # DCOH formal proof (SymbiYosys + yices, docs/formal.md): the harness's register models against
 # the library FIFO/memory, then BMC depth 20 + k-induction + covers of the reduced DCOH (about

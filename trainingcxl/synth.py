@@ -3,11 +3,14 @@
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
                       [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
                       [--map {abc,abc9}] [--force-pnr] [--pnr-timeout SECONDS]
-                      [--block NAME[,NAME...]|all] [--jobs N]
+                      [--block NAME[,NAME...]|all] [--jobs N] [--seeds S[,S...]]
 
 ``--block`` places and routes blocks of the device alone (each in the same harness, in
 ``<out>/blocks/<name>``, with ``<out>/blocks/summary.{md,json}`` comparing them): their own
 critical paths by source line, which the whole device does not give while it cannot be routed.
+With ``--seeds`` each block is placed and routed once per seed (``<out>/blocks/<name>/seed<S>``)
+and the summary gives every seed's Fmax and their median: one netlist's Fmax varies by a tenth
+and more from seed to seed, so a change measured with one seed is not measured.
 
 Phases (each printed with its elapsed time):
 
@@ -37,6 +40,7 @@ import json
 import os
 import pathlib
 import re
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -113,6 +117,10 @@ def parse_args(argv=None):
     ap.add_argument("--jobs", default=1, type=int,
                     help="blocks flowing at once with --block (default 1; each runs up to two "
                          "single-threaded tools)")
+    ap.add_argument("--seeds", default=None, metavar="S[,S...]",
+                    help="with --block: place and route each block once per nextpnr seed (in "
+                         "<out>/blocks/<name>/seed<S>); the summary gives each seed's Fmax and "
+                         "their median (default: --seed alone)")
     args = ap.parse_args(argv)
     if args.block is not None:
         names = BLOCK_NAMES if args.block == "all" else args.block.split(",")
@@ -123,6 +131,15 @@ def parse_args(argv=None):
         args.blocks = list(dict.fromkeys(names))
     else:
         args.blocks = []
+    args.seed_list = [args.seed]
+    if args.seeds is not None:
+        if not args.blocks:
+            ap.error("--seeds: only with --block (the whole device takes one --seed)")
+        try:
+            seeds = [int(x) for x in args.seeds.split(",")]
+        except ValueError:
+            ap.error(f"--seeds: comma-separated integers, got {args.seeds!r}")
+        args.seed_list = list(dict.fromkeys(seeds))
     if args.pnr_timeout is not None and args.pnr_timeout <= 0:
         ap.error(f"--pnr-timeout must be positive, got {args.pnr_timeout:g}")
     if args.jobs < 1:
@@ -723,16 +740,19 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0, limits=None
             p.log_file.close()
 
 
-def run_flow(args, block: str | None = None) -> dict:
-    """One flow: the whole device, or ``block`` alone, in the harness; returns the report."""
+def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
+    """One flow: the whole device, or ``block`` alone, in the harness (in its directory's
+    ``sub`` folder when given); returns the report."""
     tools = check_tools()
     out = args.out if block is None else block_dir(args.out, block)
+    if sub is not None:
+        out = out / sub
     out.mkdir(parents=True, exist_ok=True)
     (out / ".cache").mkdir(exist_ok=True)
     for stale in OUTPUTS:       # a failed run must not leave an older report behind
         (out / stale).unlink(missing_ok=True)
     from hw.fpga.harness import HARNESS_NAME, OUT_PINS
-    ph = Phases(block or "")
+    ph = Phases(f"{block} {sub}" if sub else block or "")
     rep = {"config_name": args.config, "config": json.loads(args.cfg.to_json()),
            "block": block, "top": HARNESS_NAME, "out_pins": OUT_PINS, "device": DEVICE,
            "target_mhz": args.freq, "tools": tool_versions(), "seed": args.seed,
@@ -824,19 +844,28 @@ def block_dir(out: pathlib.Path, block: str) -> pathlib.Path:
 
 
 def block_summary(reps: dict) -> dict:
-    """One row per block flow (``{block: report}``): LUT positions and flip-flops (Yosys), the
-    Fmax, and the critical path by source line; sorted by Fmax, slowest first."""
+    """One row per block flow (``{block: report}``, or ``{block: [report per seed]}``): LUT
+    positions and flip-flops (Yosys), the Fmax (the median over the seeds that routed, each
+    seed's in ``fmax_by_seed``), and the critical path by source line of the slowest seed;
+    sorted by Fmax, slowest first."""
     rows = []
-    for block, rep in reps.items():
-        fit = rep.get("ecp5_fit", {}).get("resources", {})
+    for block, runs in reps.items():
+        runs = runs if isinstance(runs, list) else [runs]
+        first = runs[0]
+        fit = first.get("ecp5_fit", {}).get("resources", {})
         row = {"block": block, "lut_positions": fit.get("LUT4", {}).get("used"),
-               "flip_flops": rep.get("ecp5_cells", {}).get("TRELLIS_FF"),
+               "flip_flops": first.get("ecp5_cells", {}).get("TRELLIS_FF"),
                "fmax_mhz": None, "critical_ns": None, "routing_ns": None, "path": [],
-               "pnr_stopped_s": rep.get("ecp5_pnr_stopped", {}).get("after_s")}
-        pnr = rep.get("ecp5_pnr")
-        if pnr:
-            row["fmax_mhz"] = min(f["achieved_mhz"] for f in pnr["fmax"].values())
-            clocked = clocked_paths(pnr)
+               "pnr_stopped_s": first.get("ecp5_pnr_stopped", {}).get("after_s")}
+        by_seed = [(rep.get("seed"),
+                    min(f["achieved_mhz"] for f in rep["ecp5_pnr"]["fmax"].values())
+                    if rep.get("ecp5_pnr") else None) for rep in runs]
+        if len(runs) > 1:
+            row["fmax_by_seed"] = [{"seed": sd, "fmax_mhz": f} for sd, f in by_seed]
+        routed = [(f, rep) for (_, f), rep in zip(by_seed, runs) if f is not None]
+        if routed:
+            row["fmax_mhz"] = round(statistics.median(f for f, _ in routed), 2)
+            clocked = clocked_paths(min(routed, key=lambda fr: fr[0])[1]["ecp5_pnr"])
             if clocked:
                 row.update(critical_ns=clocked[0]["delay_ns"],
                            routing_ns=clocked[0]["routing_ns"],
@@ -846,17 +875,29 @@ def block_summary(reps: dict) -> dict:
     return {"rows": rows}
 
 
+def _fmax_cell(r: dict) -> str:
+    """The summary's Fmax column: the Fmax, or the median and each seed's, or why none."""
+    if r["fmax_mhz"] is None:
+        return (f"not routed in {r['pnr_stopped_s']:g} s" if r.get("pnr_stopped_s") else "-")
+    if "fmax_by_seed" not in r:
+        return f"{r['fmax_mhz']:.1f}"
+    each = " / ".join("-" if x["fmax_mhz"] is None else f"{x['fmax_mhz']:.1f}"
+                      for x in r["fmax_by_seed"])
+    return f"{r['fmax_mhz']:.1f} ({each})"
+
+
 def block_summary_markdown(summary: dict, target_mhz: float, config: str) -> str:
+    seeds = summary.get("seeds") or []
     md = [f"# Blocks placed and routed alone: configuration `{config}`, target "
           f"{target_mhz:g} MHz", "",
           "Each block of the device in the synthesis harness by itself (`trainingcxl synth "
           "--block`): its own paths only, without the paths that cross blocks in the device "
           "and without the device's congestion. Slowest first; each block's report is in "
-          "`<name>/report.md`.", ""]
-    md.append(fmt_table([(r["block"], r["lut_positions"], r["flip_flops"],
-                          f"{r['fmax_mhz']:.1f}" if r["fmax_mhz"] is not None else
-                          f"not routed in {r['pnr_stopped_s']:g} s" if r.get("pnr_stopped_s")
-                          else "-",
+          "`<name>/report.md`" + (f" (`<name>/seed<S>/report.md` per seed; the Fmax is the "
+                                  f"median of seeds {' / '.join(map(str, seeds))}, each "
+                                  f"seed's in brackets, the path the slowest seed's)"
+                                  if len(seeds) > 1 else "") + ".", ""]
+    md.append(fmt_table([(r["block"], r["lut_positions"], r["flip_flops"], _fmax_cell(r),
                           "-" if r["critical_ns"] is None else
                           f"{r['critical_ns']:.2f} ({r['routing_ns']:.2f})",
                           " -> ".join(f"`{w}`" for w in r["path"]))
@@ -868,19 +909,29 @@ def block_summary_markdown(summary: dict, target_mhz: float, config: str) -> str
 
 
 def run_blocks(args) -> dict:
-    """The flow for each of ``args.blocks``, ``args.jobs`` at a time; writes and returns the
-    summary. A block whose flow fails is reported after the others finish."""
+    """The flow for each of ``args.blocks`` and each of ``args.seed_list``, ``args.jobs`` at a
+    time; writes and returns the summary. A flow that fails is reported after the others
+    finish."""
     check_tools()       # missing tools: one error, before any block starts
+    seeds = args.seed_list
     reps, errors = {}, {}
+
+    def flow(block, seed):
+        a = argparse.Namespace(**vars(args))
+        a.seed = seed
+        return run_flow(a, block, f"seed{seed}" if len(seeds) > 1 else None)
+
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futs = {pool.submit(run_flow, args, b): b for b in args.blocks}
+        futs = {pool.submit(flow, b, sd): (b, sd) for b in args.blocks for sd in seeds}
         for f in concurrent.futures.as_completed(futs):
             try:
                 reps[futs[f]] = f.result()
             except RuntimeError as e:
-                errors[futs[f]] = str(e)
-    summary = block_summary({b: reps[b] for b in args.blocks if b in reps})
-    summary.update(config=args.config, target_mhz=args.freq, errors=errors)
+                b, sd = futs[f]
+                errors[b if len(seeds) == 1 else f"{b} seed {sd}"] = str(e)
+    by_block = {b: [reps[(b, sd)] for sd in seeds if (b, sd) in reps] for b in args.blocks}
+    summary = block_summary({b: runs for b, runs in by_block.items() if runs})
+    summary.update(config=args.config, target_mhz=args.freq, seeds=seeds, errors=errors)
     out = args.out / "blocks"
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "summary.md").write_text(block_summary_markdown(summary, args.freq, args.config))

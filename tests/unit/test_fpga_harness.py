@@ -358,6 +358,40 @@ def test_block_summary_slowest_first():
     assert "| csr | 1200 | None | not routed in 900 s | - |" in md
 
 
+def test_block_summary_over_seeds():
+    """--seeds: a block's Fmax is the median over the seeds that routed, every seed's figure is
+    kept (a seed that did not route shows '-'), and the critical path is the slowest seed's."""
+    pnr = synth.parse_nextpnr_report(NEXTPNR_REPORT)
+    fast = json.loads(json.dumps(pnr))
+    for f in fast["fmax"].values():
+        f["achieved_mhz"] = 150.0
+    fit = {"resources": {"LUT4": {"used": 1200}}}
+    runs = [{"seed": 1, "ecp5_pnr": fast, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20}},
+            {"seed": 2, "ecp5_pnr": pnr, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20}},
+            {"seed": 3, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20},
+             "ecp5_pnr_stopped": {"after_s": 900.0}}]
+    summary = synth.block_summary({"gather": runs})
+    (row,) = summary["rows"]
+    assert row["fmax_mhz"] == round((150.0 + 46.43) / 2, 2)
+    assert [x["fmax_mhz"] for x in row["fmax_by_seed"]] == [150.0, 46.43, None]
+    assert row["path"][:2] == ["dev.gather.tag_q.r_data", "dev.gather.pool.acc1"]
+    summary["seeds"] = [1, 2, 3]
+    md = synth.block_summary_markdown(summary, 100, "fpga-ecp5")
+    assert "| gather | 1200 | 20 | 98.2 (150.0 / 46.4 / -) |" in md
+    assert "median of seeds 1 / 2 / 3" in md
+
+
+def test_seeds_option_is_checked():
+    """--seeds needs --block and integers; repeated seeds run once."""
+    args = synth.parse_args(["--block", "media", "--seeds", "3,1,3", "--no-pnr"])
+    assert args.seed_list == [3, 1]
+    assert synth.parse_args(["--block", "media", "--no-pnr", "--seed", "5"]).seed_list == [5]
+    for bad in (["--seeds", "1,2", "--no-pnr"], ["--block", "media", "--seeds", "1,x",
+                                                  "--no-pnr"]):
+        with pytest.raises(SystemExit):
+            synth.parse_args(bad)
+
+
 def test_place_and_route_stopped_after_its_time_limit(tmp_path):
     """--pnr-timeout: a tool run still going after its limit is stopped (not left running),
     the flow goes on, and the report says place and route stopped and where it was."""

@@ -139,33 +139,31 @@ class RowTracker(wiring.Component):
                                                                       count_bits=cb))
         q_r, q2_r = Signal(rb), Signal(rb)           # the rows whose results are shown
         m.d.sync += [q_r.eq(self.q_row), q2_r.eq(self.q2_row)]
+        q_set, q2_set = Signal(sb), Signal(sb)       # the sets of this cycle's queries
+        m.d.comb += [q_set.eq(row_set(self.q_row, sb, rb)),
+                     q2_set.eq(row_set(self.q2_row, sb, rb))]
         set_q = Signal(sb)                           # row_set(q_r), registered with it
-        m.d.sync += set_q.eq(row_set(self.q_row, sb, rb))
+        m.d.sync += set_q.eq(q_set)
 
         sweeping = Signal(init=1)                    # memories hold anything after a reset
         sweep_set = Signal(sb)
         dec_d, dec_set_d, dec_way_d = Signal(), Signal(sb), Signal(wb)   # a dec of last cycle
-        d_vic = self.dec_idx[-1]
-        m.d.sync += [dec_d.eq(self.dec & ~d_vic), dec_set_d.eq(self.dec_idx[wb:wb + sb]),
+        d_vic, dec_set = self.dec_idx[-1], self.dec_idx[wb:wb + sb]
+        m.d.sync += [dec_d.eq(self.dec & ~d_vic), dec_set_d.eq(dec_set),
                      dec_way_d.eq(self.dec_idx[:wb])]
         # last cycle's dec names the set of last cycle's query (its counter write lands now,
         # after this cycle's results were read): compared a cycle early, registered
         dec_q_set, dec_q2_set = Signal(), Signal()
-        dec_set = self.dec_idx[wb:wb + sb]
-        m.d.sync += [dec_q_set.eq(self.dec & ~d_vic & (dec_set == row_set(self.q_row, sb, rb))),
-                     dec_q2_set.eq(self.dec & ~d_vic &
-                                   (dec_set == row_set(self.q2_row, sb, rb)))]
+        m.d.sync += [dec_q_set.eq(self.dec & ~d_vic & (dec_set == q_set)),
+                     dec_q2_set.eq(self.dec & ~d_vic & (dec_set == q2_set))]
 
         match, free, match2, iss = [], [], [], []
         ent_way, ent_tab, upd = Signal(wb), Signal(), Signal()
         for w in range(W):
             ways = self._way_memories(m, w, sb)
             rc_w, rc_q, rc_q2, ak_w, ak_q, ak_q2, ak_a = ways
-            m.d.comb += [rc_q.addr.eq(row_set(self.q_row, sb, rb)),
-                         ak_q.addr.eq(row_set(self.q_row, sb, rb)),
-                         rc_q2.addr.eq(row_set(self.q2_row, sb, rb)),
-                         ak_q2.addr.eq(row_set(self.q2_row, sb, rb)),
-                         ak_a.addr.eq(self.dec_idx[wb:wb + sb])]
+            m.d.comb += [rc_q.addr.eq(q_set), ak_q.addr.eq(q_set),
+                         rc_q2.addr.eq(q2_set), ak_q2.addr.eq(q2_set), ak_a.addr.eq(dec_set)]
 
             def busy(rc, ak, dec_here):
                 byp = dec_here & (dec_way_d == w)

@@ -722,9 +722,7 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0, limits=None
                     ph.done(name, t, on_done())
                 elif name in limits and time.monotonic() - t >= limits[name][0]:
                     del jobs[name]
-                    p.kill()
-                    p.wait()
-                    p.log_file.close()
+                    _stop(p)
                     ph.done(name, t, limits[name][1]())
             if jobs and time.monotonic() - last_beat >= heartbeat:
                 last_beat = time.monotonic()
@@ -735,9 +733,14 @@ def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0, limits=None
             time.sleep(0.5)
     finally:
         for p, _, _ in jobs.values():      # an error in one job: do not leave the others running
-            p.kill()
-            p.wait()
-            p.log_file.close()
+            _stop(p)
+
+
+def _stop(p):
+    """Stop a background tool run and close its log."""
+    p.kill()
+    p.wait()
+    p.log_file.close()
 
 
 def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
@@ -844,13 +847,12 @@ def block_dir(out: pathlib.Path, block: str) -> pathlib.Path:
 
 
 def block_summary(reps: dict) -> dict:
-    """One row per block flow (``{block: report}``, or ``{block: [report per seed]}``): LUT
-    positions and flip-flops (Yosys), the Fmax (the median over the seeds that routed, each
-    seed's in ``fmax_by_seed``), and the critical path by source line of the slowest seed;
-    sorted by Fmax, slowest first."""
+    """One row per block (``{block: [report per seed]}``): LUT positions and flip-flops
+    (Yosys), the Fmax (the median over the seeds that routed, each seed's in ``fmax_by_seed``
+    when there are several), and the critical path by source line of the slowest seed; sorted
+    by Fmax, slowest first."""
     rows = []
     for block, runs in reps.items():
-        runs = runs if isinstance(runs, list) else [runs]
         first = runs[0]
         fit = first.get("ecp5_fit", {}).get("resources", {})
         row = {"block": block, "lut_positions": fit.get("LUT4", {}).get("used"),

@@ -343,9 +343,9 @@ def test_block_summary_slowest_first():
     for f in fast["fmax"].values():
         f["achieved_mhz"] = 150.0
     fit = {"resources": {"LUT4": {"used": 1200}}}
-    reps = {"media": {"ecp5_pnr": fast, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 10}},
-            "gather": {"ecp5_pnr": pnr, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20}},
-            "csr": {"ecp5_fit": fit, "ecp5_cells": {}}}
+    reps = {"media": [{"ecp5_pnr": fast, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 10}}],
+            "gather": [{"ecp5_pnr": pnr, "ecp5_fit": fit, "ecp5_cells": {"TRELLIS_FF": 20}}],
+            "csr": [{"ecp5_fit": fit, "ecp5_cells": {}}]}
     rows = synth.block_summary(reps)["rows"]
     assert [r["block"] for r in rows] == ["gather", "media", "csr"]
     assert rows[0]["fmax_mhz"] == 46.43 and rows[0]["path"][:2] == ["dev.gather.tag_q.r_data",
@@ -353,7 +353,7 @@ def test_block_summary_slowest_first():
     assert rows[2]["fmax_mhz"] is None and rows[2]["path"] == []
     md = synth.block_summary_markdown({"rows": rows}, 100, "fpga-ecp5")
     assert "| gather | 1200 | 20 | 46.4 |" in md and "| csr | 1200 | None | - | - |" in md
-    reps["csr"]["ecp5_pnr_stopped"] = {"after_s": 900.0, "last": "iter=9"}
+    reps["csr"][0]["ecp5_pnr_stopped"] = {"after_s": 900.0, "last": "iter=9"}
     md = synth.block_summary_markdown(synth.block_summary(reps), 100, "fpga-ecp5")
     assert "| csr | 1200 | None | not routed in 900 s | - |" in md
 

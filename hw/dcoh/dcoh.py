@@ -2,8 +2,9 @@
 
 Contract: docs/coherence.md (message table, regions, blocking, errors). Structure:
 
-- **Host lane** (one message per cycle; here): BIRsp, then RwD, then a parked Req that a BIRsp
-  woke, then a new Req; each Req's action from :class:`~.decode.ReqDecode`. It alone writes
+- **Host lane** (:class:`~.host_lane.HostLane`, one message per cycle, two stages: select,
+  then decide): BIRsp, then RwD, then a parked Req that a BIRsp woke, then a new Req; each
+  Req's action from :class:`~.decode.ReqDecode`. It alone writes
   the snoop filter, frees BITags and answers the host (NDR via one in-order FIFO, DRS for
   NXM/refused reads), and issues host media reads/writes.
 - **Device read lane** and **device write lane** (:class:`~.device_lanes.DeviceLanes`, one
@@ -24,10 +25,10 @@ Contract: docs/coherence.md (message table, regions, blocking, errors). Structur
 Requirements on ``mem`` (MediaAXI meets them: one AXI ID): read responses return in read-request
 order and write responses in write-request order, across ids.
 
-Latency: host read = media read latency + 4 cycles (lane FIFO, merge, media adapter, DRS),
-measured in ``make bench``. Error report: ``err`` pulses one cycle with ``err_code``
-(DcohError) and ``err_addr`` (line address). In-RTL assertions check rules 2, 3, 5 and tracker
-soundness.
+Latency: host read = media read latency + 7 cycles with the PMEM model (the host lane's
+decision register, lane FIFO, media port, DRS; docs/coherence.md), measured in ``make bench``.
+Error report: ``err`` pulses one cycle with ``err_code`` (DcohError) and ``err_addr`` (line
+address). In-RTL assertions check rules 2, 3, 5 and tracker soundness.
 
 ``observe=True`` adds ports for the formal harness (hw/formal): ``obs_line`` in,
 ``obs_sf_state``, ``obs_bisnp_pending``, ``obs_req_served``/``obs_req_served_line``,
@@ -39,7 +40,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
 from ..cxl.messages import host_channel_members
-from ..cxl_encodings import RwDOpcode, BISnpOpcode, DcohError, HOST_MEDIA_ID
+from ..cxl_encodings import BISnpOpcode, DcohError, HOST_MEDIA_ID
 from ..reqport import DeviceRequestSignature, RD_OWN
 from .device_lanes import DeviceLanes
 from .host_lane import HostLane
@@ -50,10 +51,6 @@ from .routing import (MediaRouting, LANE_FIFO, host_read_layout, device_read_lay
                       write_layout, ndr_entry_layout)
 
 __all__ = ["DCOH", "STATUS_PORTS", "status_members", "forward_status"]
-
-ALL_BE = (1 << 64) - 1
-
-
 
 # status outputs of the DCOH that a top forwards as its own ports
 STATUS_PORTS = ("ready", "err", "err_code", "err_addr", "bisnp_sent", "conflicts",
@@ -226,7 +223,7 @@ class DCOH(wiring.Component):
             host_wb.inc.en.eq(h_do & h_media_wr),
             host_wb.inc.line.eq(ev_line),
             trk.rel_en.eq(h_do & host.tag_release),
-            trk.rel_idx.eq(self.m2s_birsp.payload.hdr.bi_tag),
+            trk.rel_idx.eq(host.bi_tag),
         ]
 
         # ================================================================ device lanes
@@ -264,12 +261,10 @@ class DCOH(wiring.Component):
         # writes back for one cycle)
         wq_in = Signal(wr_l)
         with m.If(h_do & h_media_wr):
-            rwd = self.m2s_rwd
             m.d.comb += [wq_in.id.eq(HOST_MEDIA_ID), wq_in.line.eq(ev_line),
-                         wq_in.be.eq(Mux(rwd.payload.hdr.opcode == RwDOpcode.MEM_WR, ALL_BE,
-                                         rwd.payload.be)),
-                         wq_in.data.eq(rwd.payload.data), wq_in.host.eq(1),
-                         wq_in.tag.eq(host.tag), wq_in.poison.eq(rwd.payload.hdr.poison)]
+                         wq_in.be.eq(host.wr_be), wq_in.data.eq(host.wr_data),
+                         wq_in.host.eq(1), wq_in.tag.eq(host.tag),
+                         wq_in.poison.eq(host.wr_poison)]
         with m.Else():
             m.d.comb += [wq_in.id.eq(dw.payload.id), wq_in.line.eq(dw_line),
                          wq_in.be.eq(dw.payload.be), wq_in.data.eq(dw.payload.data)]

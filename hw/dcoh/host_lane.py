@@ -17,6 +17,8 @@ from .tracker import CamSignature
 __all__ = ["HostLane", "SRC_NONE", "SRC_BIRSP", "SRC_RWD", "SRC_PARK", "SRC_REQ",
            "park_layout"]
 
+ALL_BE = (1 << 64) - 1
+
 # host lane event sources
 SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ = range(5)
 
@@ -29,17 +31,25 @@ def park_layout(lb):
 
 class HostLane(wiring.Component):
     """The DCOH's host lane (docs/coherence.md): one host message per cycle, in the order BIRsp,
-    then RwD, then a parked Req that a BIRsp woke, then a new Req.
+    then RwD, then a parked Req that a BIRsp woke, then a new Req; two stages.
 
-    Each cycle it picks that event, looks its line up (snoop filter ``lk``, outstanding BISnps
-    ``cam``, the write buckets: the DCOH's stores answer combinationally) and
-    decides in the same cycle what the event does: serve it (NDR Cmp*/DRS via the DCOH's
-    queues, a media read or write, a snoop-filter update), park a Req that must wait for a
-    BIRsp (its line has a BISnp outstanding or an older Req parked, or its set is full and a
-    victim is snooped: ``alloc`` with ``victim``), answer an error, or wait for room (the event
-    stays offered). ``do`` is high in the cycle the event is consumed; every effect output is
-    valid only with ``do``. No pipeline register: the decision is combinational from the
-    event to the effects.
+    **Select** takes that event off its channel (or out of its park slot: the slot stays valid,
+    not ready) into the decision register whenever the register is empty or its event is
+    consumed in the same cycle. A new Req that might find no park slot is only *peeked* (see
+    :meth:`_select`). A BIRsp's line and the validity of its BITag are read from the tracker
+    here (``tag_q_*``); a tag the decision stage releases in this cycle reads as not valid.
+
+    **Decide** looks the registered event's line up (snoop filter ``lk``, outstanding BISnps
+    ``cam``, the write buckets: the DCOH's stores answer combinationally, so every lookup sees
+    all earlier events' updates and no bypass is needed) and decides what the event does:
+    serve it (NDR Cmp*/DRS via the DCOH's queues, a media read or write, a snoop-filter
+    update), park a Req that must wait for a BIRsp (its line has a BISnp outstanding or an
+    older Req parked, or its set is full and a victim is snooped: ``alloc`` with ``victim``),
+    answer an error, or wait for room (the event stays in the register). ``do`` is high in the
+    cycle the event is consumed; every effect output is valid only with ``do``.
+
+    Latency: one cycle from a channel handshake to the decision (a host read's DRS one cycle
+    later than with a combinational lane); one event per cycle while nothing waits for room.
 
     Parameters
     ----------
@@ -49,11 +59,18 @@ class HostLane(wiring.Component):
     Members
     -------
     m2s_req, m2s_rwd, m2s_birsp : In(channel signatures)
-        The host's M2S channels (``ready`` driven here).
+        The host's M2S channels (``ready`` driven here: the select stage takes the message).
     stores_ready : In(1)
         The DCOH's stores finished their init sweeps (no event before).
+    tag_q_valid, tag_q_op, tag_q_line : In
+        The tracker entry of the BITag of the BIRsp on ``m2s_birsp`` (its tag is the query):
+        valid, its BISnp opcode and line.
     valid, line, tag : Out
-        The event this cycle (line address, CXL tag; a BIRsp's line is its BISnp's).
+        The event in the decision stage (line address, CXL tag; a BIRsp's line is its BISnp's).
+    wr_data, wr_be, wr_poison : Out
+        A RwD event's data, byte enables (all ones for MemWr) and poison bit.
+    bi_tag : Out(range(cfg.bi_tags))
+        A BIRsp event's BITag (the one ``tag_release`` frees).
     do : Out(1)
         The event is consumed this cycle.
     lk : Out(LookupSignature), cam : Out(CamSignature), cam_way : Out(CamSignature) per way
@@ -61,9 +78,6 @@ class HostLane(wiring.Component):
         way's line of its set in the tracker (victim choice).
     wr_inflight : In(1)
         A media write of the line is in flight.
-    tag_q_valid, tag_q_op, tag_q_line : In
-        The tracker entry of the BIRsp's BITag (``m2s_birsp``'s tag is the query): valid, its
-        BISnp opcode and line.
     tags_full : In(1)
         No free BITag.
     ndr_room, drs_room, rd_room, wq_room : In(1)
@@ -76,7 +90,7 @@ class HostLane(wiring.Component):
         Snoop-filter write of the event's line.
     ndr, ndr_op, drs_nxm, media_rd, media_wr, tag_release : Out(1)
         The event's effects (with ``do``); a host media write carries the RwD's poison bit to
-        the media as it is (the DCOH takes it from ``m2s_rwd``).
+        the media as it is (``wr_poison``).
     alloc : Out(1), victim : Out(line_bits)
         A BITag for a BISnpInv of ``victim`` (a way of the full set, rotating).
     err : Out(4)
@@ -101,6 +115,8 @@ class HostLane(wiring.Component):
             "m2s_birsp": In(channel_signature("m2s_birsp")),
             "stores_ready": In(1),
             "valid": Out(1), "line": Out(lb), "tag": Out(16), "do": Out(1),
+            "wr_data": Out(512), "wr_be": Out(64), "wr_poison": Out(1),
+            "bi_tag": Out(range(cfg.bi_tags)),
             "lk": Out(LookupSignature(lb, W)),
             "cam": Out(CamSignature(lb)),
             "cam_way": Out(CamSignature(lb)).array(W),
@@ -110,7 +126,8 @@ class HostLane(wiring.Component):
             "rd_slot": In(1), "wr_slot": In(1), "dw_turn": In(1),
             "sf_we": Out(1), "sf_way": Out(range(W)), "sf_state": Out(2),
             "ndr": Out(1), "ndr_op": Out(3), "drs_nxm": Out(1), "media_rd": Out(1),
-            "media_wr": Out(1), "tag_release": Out(1), "alloc": Out(1), "victim": Out(lb), "err": Out(4),
+            "media_wr": Out(1), "tag_release": Out(1), "alloc": Out(1), "victim": Out(lb),
+            "err": Out(4),
             "conflict": Out(1), "served_req": Out(1),
         })
 
@@ -134,11 +151,13 @@ class HostLane(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         pk = self._park_slots(m)
-        ev, src = self._select(m, pk)
+        st = self._stage(m)
+        ev, src = st.ev, st.src
+        sel = self._select(m, pk, st)
         ctx = self._classify(m, ev, src, pk)
         vic = self._victim(m)
-        h = self._decide(m, ev, src, pk, ctx, vic)
-        self._effects(m, ev, src, pk, vic, h)
+        h = self._decide(m, ev, src, pk, ctx, vic, st)
+        self._effects(m, ev, src, pk, vic, h, sel, st)
         served_req = h.do & ctx.is_req & h.served
         m.d.comb += self.served_req.eq(served_req)
         m.d.sync += [
@@ -151,32 +170,46 @@ class HostLane(wiring.Component):
         return m
 
     def _park_slots(self, m):
-        """Park slot registers; the first woken slot (``sel``) and the first free one."""
+        """Park slot registers; the first woken slot (``sel``; a BIRsp in the decision stage,
+        ``wake``, wakes every slot for the select stage of its own cycle) and the first free
+        one."""
         P = self.cfg.park_slots
         lb = self.cfg.addr_bits - 6
         pk_valid = Signal(P)
         pk_ready = Signal(P)
+        wake = Signal(name="wake")
         pk = [Signal(park_layout(lb), name=f"park{i}") for i in range(P)]
         pk_sel = Signal(range(P))
         pk_any_ready = Signal()
         for i in reversed(range(P)):
-            with m.If(pk_valid[i] & pk_ready[i]):
+            with m.If(pk_valid[i] & (pk_ready[i] | wake)):
                 m.d.comb += [pk_sel.eq(i), pk_any_ready.eq(1)]
         pk_free = Signal(range(P))
         pk_full = Signal()
-        m.d.comb += pk_full.eq(pk_valid.all())
+        pk_two_free = Signal()
+        m.d.comb += [pk_full.eq(pk_valid.all()),
+                     pk_two_free.eq(sum((~pk_valid[i]).as_unsigned() for i in range(P)) >= 2)]
         for i in reversed(range(P)):
             with m.If(~pk_valid[i]):
                 m.d.comb += pk_free.eq(i)
-        return SimpleNamespace(valid=pk_valid, ready=pk_ready, slots=pk, sel=pk_sel,
-                               any_ready=pk_any_ready, free=pk_free, full=pk_full)
+        return SimpleNamespace(valid=pk_valid, ready=pk_ready, wake=wake, slots=pk, sel=pk_sel,
+                               any_ready=pk_any_ready, free=pk_free, full=pk_full,
+                               two_free=pk_two_free)
 
-    def _select(self, m, pk):
-        """The event of this cycle and its source (``SRC_*``)."""
+    def _select(self, m, pk, st):
+        """The select stage: the next event, its source (``SRC_*``) and what it carries.
+
+        A new Req is taken off its channel only while a park slot stays free for it after the
+        Req in the decision register (if any) has parked, so a taken Req never waits for a slot
+        (only a later event could free one). Otherwise it is *peeked*: decided from the channel
+        and taken only when its decision consumes it; a peeked Req that waits leaves the
+        decision register in the next cycle (and is decided again the cycle after), so BIRsps,
+        RwDs and woken Reqs go first as always, and a Req that needs no slot is served while
+        every slot is in use."""
         lb = self.cfg.addr_bits - 6
         req, rwd, birsp = self.m2s_req, self.m2s_rwd, self.m2s_birsp
-        src = Signal(range(5))
-        ev = Signal(park_layout(lb))   # Req-shaped view of the event (Req, parked Req, RwD)
+        src = Signal(range(5), name="sel_src")
+        ev = Signal(park_layout(lb), name="sel_ev")   # Req-shaped view of the event
         with m.If(~self.stores_ready):
             m.d.comb += src.eq(SRC_NONE)
         with m.Elif(birsp.valid):
@@ -185,8 +218,11 @@ class HostLane(wiring.Component):
             m.d.comb += src.eq(SRC_RWD)
         with m.Elif(pk.any_ready):
             m.d.comb += src.eq(SRC_PARK)
-        with m.Elif(req.valid):
+        # (not while a peeked Req is decided: its decision may take it off the channel)
+        with m.Elif(req.valid & ~st.peek):
             m.d.comb += src.eq(SRC_REQ)
+        peek = Signal(name="sel_peek")
+        m.d.comb += peek.eq((src == SRC_REQ) & (pk.full | ((st.src == SRC_REQ) & ~pk.two_free)))
 
         def hdr_view(h):
             return [ev.opcode.eq(h.opcode), ev.snp.eq(h.snp_type), ev.mf.eq(h.meta_field),
@@ -204,9 +240,43 @@ class HostLane(wiring.Component):
                         m.d.comb += ev.eq(pk.slots[i])
             with m.Case(SRC_REQ):
                 m.d.comb += hdr_view(req.payload.hdr)
-        m.d.comb += [self.valid.eq(src != SRC_NONE), self.line.eq(ev.line), self.tag.eq(ev.tag),
-                     self.lk.line.eq(ev.line), self.cam.line.eq(ev.line)]
-        return ev, src
+        hdr = rwd.payload.hdr
+        return SimpleNamespace(
+            src=src, ev=ev, peek=peek, slot=pk.sel, bi_tag=birsp.payload.hdr.bi_tag,
+            tag_op=self.tag_q_op,
+            data=rwd.payload.data, poison=hdr.poison,
+            be=Mux(hdr.opcode == RwDOpcode.MEM_WR, ALL_BE, rwd.payload.be))
+
+    def _stage(self, m):
+        """The decision register: the event (``src``, ``ev``) and what it carries; loaded by
+        :meth:`_load`."""
+        lb = self.cfg.addr_bits - 6
+        st = SimpleNamespace(
+            src=Signal(range(5), name="src"), ev=Signal(park_layout(lb), name="ev"),
+            take=Signal(name="take"), do=Signal(name="h_do"), peek=Signal(name="ev_peek"),
+            slot=Signal(range(self.cfg.park_slots), name="ev_slot"),
+            tag_ok=Signal(name="ev_tag_ok"), tag_ok_next=Signal(name="sel_tag_ok"),
+            tag_op=Signal(4, name="ev_tag_op"),
+            bi_tag=Signal(range(self.cfg.bi_tags), name="ev_bi_tag"),
+            data=Signal(512, name="ev_data"), be=Signal(64, name="ev_be"),
+            poison=Signal(name="ev_poison"))
+        ev = st.ev
+        m.d.comb += [self.valid.eq(st.src != SRC_NONE), self.line.eq(ev.line),
+                     self.tag.eq(ev.tag), self.lk.line.eq(ev.line), self.cam.line.eq(ev.line),
+                     self.wr_data.eq(st.data), self.wr_be.eq(st.be),
+                     self.wr_poison.eq(st.poison), self.bi_tag.eq(st.bi_tag)]
+        return st
+
+    def _load(self, m, sel, st):
+        """The selected event enters the decision register when it is empty, its event is
+        consumed or peeked (``take``)."""
+        m.d.comb += st.take.eq(self.stores_ready & ((st.src == SRC_NONE) | st.do | st.peek))
+        with m.If(st.take):
+            m.d.sync += [st.src.eq(sel.src), st.ev.eq(sel.ev), st.peek.eq(sel.peek),
+                         st.tag_ok.eq(st.tag_ok_next),
+                         st.slot.eq(sel.slot), st.tag_op.eq(sel.tag_op),
+                         st.bi_tag.eq(sel.bi_tag),
+                         st.data.eq(sel.data), st.be.eq(sel.be), st.poison.eq(sel.poison)]
 
     def _classify(self, m, ev, src, pk):
         """Region, decode and blocking facts of the event."""
@@ -257,7 +327,7 @@ class HostLane(wiring.Component):
         m.d.comb += self.victim.eq(vic_line)
         return SimpleNamespace(ptr=vic_ptr, ok=vic_ok, line=vic_line)
 
-    def _decide(self, m, ev, src, pk, ctx, vic):
+    def _decide(self, m, ev, src, pk, ctx, vic, st):
         """What this cycle does (``fire`` = the event is consumed); returns the ``h_*``
         decision signals by name without the prefix."""
         n_ways = self.cfg.sf_ways
@@ -280,7 +350,6 @@ class HostLane(wiring.Component):
         h_drs_nxm = Signal()
         h_media_rd = Signal()
         h_media_wr = Signal()
-        h_wake = Signal()            # a BIRsp was processed: parked Reqs retry
         h_trk_rel = Signal()
         h_conflict = Signal()
 
@@ -306,11 +375,10 @@ class HostLane(wiring.Component):
                 res_ok = ndr_room & rd_ok
                 with m.If(needs_entry & ~lk_h.hit & ~lk_h.free):
                     # full set: BISnpInv a victim, park until a BIRsp frees a way
-                    with m.If(vic_ok):
-                        m.d.comb += [h_fire.eq(can_park & ~self.tags_full), h_alloc.eq(1),
-                                     h_park.eq(1)]
-                    with m.Else():
-                        m.d.comb += [h_fire.eq(can_park), h_park.eq(1)]
+                    # (with no free BITag it parks without one: the BIRsp that frees a
+                    # tag wakes it)
+                    m.d.comb += [h_fire.eq(can_park), h_park.eq(1),
+                                 h_alloc.eq(vic_ok & ~self.tags_full)]
                 with m.Else():
                     m.d.comb += [h_fire.eq(res_ok), h_served.eq(1), h_ndr.eq(1),
                                  h_media_rd.eq(needs_media_rd)]
@@ -330,12 +398,11 @@ class HostLane(wiring.Component):
                         m.d.comb += [h_sf_we.eq(1), h_sf_state.eq(SF_I), h_sf_way.eq(lk_h.way)]
 
         with m.Elif(src == SRC_RWD):
-            hdr = self.m2s_rwd.payload.hdr
-            with m.If(hdr.opcode == RwDOpcode.BI_CONFLICT):
+            with m.If(ev.opcode == RwDOpcode.BI_CONFLICT):
                 m.d.comb += [h_fire.eq(ndr_room), h_ndr.eq(1),
                              h_ndr_op.eq(NDROpcode.BI_CONFLICT_ACK), h_conflict.eq(1)]
             with m.Else():
-                is_wr = (hdr.opcode == RwDOpcode.MEM_WR) | (hdr.opcode == RwDOpcode.MEM_WR_PTL)
+                is_wr = (ev.opcode == RwDOpcode.MEM_WR) | (ev.opcode == RwDOpcode.MEM_WR_PTL)
                 meta_ok = (ev.mf == MetaField.NO_OP) | (meta0 & (
                     (ev.mv == MetaValue.I) | (ev.mv == MetaValue.A) | (ev.mv == MetaValue.S)))
                 legal_wr = is_wr & (ev.snp == SnpType.NO_OP) & meta_ok
@@ -360,9 +427,9 @@ class HostLane(wiring.Component):
                             m.d.comb += h_err.eq(DcohError.SF_MISS_OWNED)
 
         with m.Elif(src == SRC_BIRSP):
-            op = self.m2s_birsp.payload.hdr.opcode
+            op = ev.opcode
             m.d.comb += h_fire.eq(1)
-            with m.If(~self.tag_q_valid):
+            with m.If(~st.tag_ok):
                 m.d.comb += h_err.eq(DcohError.BIRSP_TAG)
             with m.Else():
                 rsp_state = Signal(2)
@@ -374,7 +441,7 @@ class HostLane(wiring.Component):
                     with m.Default():
                         m.d.comb += rsp_state.eq(SF_I)
                 allowed = Signal()
-                with m.Switch(self.tag_q_op):
+                with m.Switch(st.tag_op):
                     with m.Case(BISnpOpcode.BISNP_INV):
                         m.d.comb += allowed.eq(op == BIRspOpcode.BIRSP_I)
                     with m.Case(BISnpOpcode.BISNP_DATA):
@@ -386,35 +453,43 @@ class HostLane(wiring.Component):
                                                (op == BIRspOpcode.BIRSP_E))
                 with m.If(~allowed):
                     m.d.comb += h_err.eq(DcohError.BIRSP_KIND)
-                m.d.comb += [h_trk_rel.eq(1), h_wake.eq(1)]
+                m.d.comb += h_trk_rel.eq(1)
                 with m.If(lk_h.hit):
                     m.d.comb += [h_sf_we.eq(1), h_sf_way.eq(lk_h.way), h_sf_state.eq(rsp_state)]
 
-
-        h_do = Signal()
+        h_do = st.do
         m.d.comb += h_do.eq(h_fire & self.valid)
         return SimpleNamespace(**{k[2:]: v for k, v in locals().items() if k.startswith("h_")})
 
-    def _effects(self, m, ev, src, pk, vic, h):
+    def _effects(self, m, ev, src, pk, vic, h, sel, st):
         """Ready of the channels, the effect outputs and the park slot / victim updates."""
         n_ways = self.cfg.sf_ways
-        m.d.comb += [self.m2s_req.ready.eq(h.fire & (src == SRC_REQ)),
-                     self.m2s_rwd.ready.eq(h.fire & (src == SRC_RWD)),
-                     self.m2s_birsp.ready.eq(h.fire & (src == SRC_BIRSP)),
-                     self.do.eq(h.do)]
+        self._load(m, sel, st)
+        take = st.take
+        m.d.comb += [self.m2s_req.ready.eq((take & (sel.src == SRC_REQ) & ~sel.peek) |
+                                           (h.do & st.peek)),
+                     self.m2s_rwd.ready.eq(take & (sel.src == SRC_RWD)),
+                     self.m2s_birsp.ready.eq(take & (sel.src == SRC_BIRSP)),
+                     self.do.eq(h.do),
+                     # a BITag released by this cycle's decision is no longer outstanding
+                     st.tag_ok_next.eq(self.tag_q_valid & ~(h.do & h.trk_rel &
+                                                            (st.bi_tag == sel.bi_tag)))]
         m.d.comb += [self.sf_we.eq(h.sf_we), self.sf_way.eq(h.sf_way),
                      self.sf_state.eq(h.sf_state), self.ndr.eq(h.ndr), self.ndr_op.eq(h.ndr_op),
                      self.drs_nxm.eq(h.drs_nxm), self.media_rd.eq(h.media_rd),
                      self.media_wr.eq(h.media_wr), self.tag_release.eq(h.trk_rel),
                      self.alloc.eq(h.alloc), self.err.eq(h.err), self.conflict.eq(h.conflict)]
-        # park slots
-        with m.If(h.do & h.wake):
+        # park slots: a BIRsp wakes every parked Req; the select stage takes a woken one (its
+        # slot stays valid, not ready, while it is decided); a served one frees its slot
+        # (a BIRsp with a valid tag always wakes: from registers only, so the select stage
+        # sees it in the same cycle)
+        m.d.comb += pk.wake.eq((src == SRC_BIRSP) & st.tag_ok)
+        with m.If(pk.wake):
             m.d.sync += pk.ready.eq(pk.valid)
-        with m.If(h.do & (src == SRC_PARK)):
-            with m.If(h.park):
-                m.d.sync += pk.ready.bit_select(pk.sel, 1).eq(0)
-            with m.Else():
-                m.d.sync += pk.valid.bit_select(pk.sel, 1).eq(0)
+        with m.If(take & (sel.src == SRC_PARK)):
+            m.d.sync += pk.ready.bit_select(sel.slot, 1).eq(0)
+        with m.If(h.do & (src == SRC_PARK) & ~h.park):
+            m.d.sync += pk.valid.bit_select(st.slot, 1).eq(0)
         with m.If(h.do & (src == SRC_REQ) & h.park):
             m.d.sync += [pk.valid.bit_select(pk.free, 1).eq(1),
                          pk.ready.bit_select(pk.free, 1).eq(0)]

@@ -587,6 +587,8 @@ class FormalHarness(Elaboratable):
         p.cover(m, "cover.victim_bisnp", it.signal("host/h_do") & it.signal("host/h_alloc"))
         from hw.dcoh.host_lane import SRC_PARK
         p.cover(m, "cover.parked_req_served", h.served & (it.signal("host/src") == SRC_PARK))
+        # a Req decided while the park slots could not take it, served from its channel
+        p.cover(m, "cover.peeked_req_served", h.served & it.signal("host/ev_peek"))
 
     def _trace_names(self, m):
         h, dut = self.h, self.dut

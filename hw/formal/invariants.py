@@ -8,14 +8,16 @@ wrong one fails the proof rather than hiding a bug.
 
 Vocabulary: a host transaction is a *token* that is in exactly one place at a time:
 
-- a Req: the host's Req register (``pend & preq & ~acc``), then a park slot
-  (``acc & ~srv``), then, once served, its Cmp in the NDR FIFO (``srv & xndr``) and, for reads,
-  its DRS in the host read lane FIFO or the read context FIFO (``srv & xdrs``);
-- a MemWr: the host's RwD register, the write queue or the write context FIFO
-  (``pend & ~preq``);
-- a BIConflict: the RwD register or its ack in the NDR FIFO (``conf``);
-- a BISnp (tracker entry ``t``): the BISnp FIFO, the host (``sv[t]``) or the host's BIRsp
-  register.
+- a Req: the host's Req register (``pend & preq & ~acc``; also while the host lane decides it
+  without taking it, *peeked*), then the host lane's decision register or a park slot
+  (``acc & ~srv``), then, once served, its Cmp in the NDR FIFO (``srv & xndr``) and, for
+  reads, its DRS in the host read lane FIFO or the read context FIFO (``srv & xdrs``);
+- a MemWr: the host's RwD register, the decision register, the write queue or the write
+  context FIFO (``pend & ~preq``);
+- a BIConflict: the RwD register, the decision register or its ack in the NDR FIFO
+  (``conf``);
+- a BISnp (tracker entry ``t``): the BISnp FIFO, the host (``sv[t]``), the host's BIRsp
+  register or the decision register.
 
 Plus the snoop filter holds only host lines, once; the rule-1 timing (a pending Cmp-E/Cmp-S
 grant has its SF state already, a message the host sent announces its state); the context FIFOs
@@ -25,7 +27,8 @@ from amaranth.hdl import Array, Cat, Mux
 from amaranth.lib import data
 
 from ..cxl_encodings import (BISnpOpcode, DcohError, HOST_MEDIA_ID, MetaField, NDROpcode,
-                             ReqOpcode)
+                             ReqOpcode, RwDOpcode, SnpType)
+from ..dcoh.host_lane import SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ, park_layout
 from .dut import MissingInternal
 from ..dcoh.routing import host_read_layout, device_read_layout, write_layout, ndr_entry_layout
 
@@ -86,6 +89,27 @@ def add_invariants(hn, m):
     wr_due = h.pend & ~h.preq                     # MemWr on its way
     ready = dut.ready
 
+    # ---- the host lane's decision register: one event taken off its channel (or out of its
+    # park slot), not yet done
+    src = it.signal("host/src")
+    park_l = data.StructLayout({"opcode": 4, "snp": 3, "mf": 2, "mv": 2, "tag": 16, "line": lb,
+                                "hi_bad": 1})
+    if park_layout(lb).size != park_l.size or len(it.signal("host/ev")) != park_l.size:
+        raise MissingInternal("the host lane's event layout changed: update "
+                              "hw/formal/invariants.py")
+    ev = park_l(it.signal("host/ev"))
+    ib = (nl - 1).bit_length()
+    ev_idx = ev.tag[:ib]
+    ev_at_line = (ev.tag < nl) & (ev.line == h.line_of[ev_idx]) & ~ev.hi_bad
+    peek = it.signal("host/ev_peek")      # a Req decided from the channel, not yet taken
+    chk("decide.peek_req", ~peek | (src == SRC_REQ))
+    # a transaction's Req taken off the channel
+    b_req = (src == SRC_REQ) & ~peek & (ev.opcode != ReqOpcode.MEM_SPEC_RD)
+    b_cf = (src == SRC_RWD) & (ev.opcode == RwDOpcode.BI_CONFLICT)
+    b_wr = (src == SRC_RWD) & (ev.opcode != RwDOpcode.BI_CONFLICT)
+    b_br = src == SRC_BIRSP
+    b_tag = it.signal("host/ev_bi_tag")
+
     # ---- host bookkeeping is well formed
     chk("host_state_range", h.hs != 3)
     for i in range(nl):
@@ -129,8 +153,6 @@ def add_invariants(hn, m):
 
     # ---- park slots
     pk_valid = it.signal("host/pk_valid")
-    park_l = data.StructLayout({"opcode": 4, "snp": 3, "mf": 2, "mv": 2, "tag": 16, "line": lb,
-                                "hi_bad": 1})
     parks = []
     for k in range(cfg.park_slots):
         s = it.signal(f"host/park{k}")
@@ -149,7 +171,51 @@ def add_invariants(hn, m):
             chk(f"parks{j}{k}.distinct", ~(pk_valid[k] & pk_valid[j]) |
                 (parks[j][1].tag != pk.tag))
     for i in range(nl):
-        chk(f"line{i}.parked", ~unserved[i] | Cat(v & (pk.tag == i) for v, pk in parks).any())
+        chk(f"line{i}.parked", ~unserved[i] | (b_req & (ev.tag == i)) |
+            Cat(v & (pk.tag == i) for v, pk in parks).any())
+
+    # ---- the decision register's event is the token it names
+    e_ndr, e_drs, *_ = req_expect(ev.opcode, ev.snp, ev.mf, ev.mv)
+    chk("decide.req_token", (src != SRC_REQ) | peek | (
+        ev_at_line & legal_req(ev.opcode, ev.snp, ev.mf, ev.mv) &
+        ((ev.opcode == ReqOpcode.MEM_SPEC_RD) |
+         (bit(unserved, ev_idx) & (h.xop[ev_idx] == e_ndr) & (bit(h.xdrs, ev_idx) == e_drs)))))
+    chk("decide.peek_is_req_reg", ~peek | (
+        h.req_v & ev_at_line & (ev_idx == h.rq.idx) & (ev.opcode == h.rq.op) &
+        (ev.snp == h.rq.snp) & (ev.mf == h.rq.mf) & (ev.mv == h.rq.mv)))
+    for k, (v, pk) in enumerate(parks):
+        chk(f"decide.req_not_parked{k}", ~(b_req & v) | (pk.tag != ev.tag))
+    slot = it.signal("host/ev_slot")
+    pk_ready = it.signal("host/pk_ready")
+    chk("decide.park_slot", (src != SRC_PARK) | (
+        (slot < cfg.park_slots) & bit(pk_valid, slot) & ~bit(pk_ready, slot) &
+        (Array(it.signal(f"host/park{k}") for k in range(cfg.park_slots))[slot] ==
+         ev.as_value())))
+    chk("decide.write_token", ~b_wr | (
+        ((ev.opcode == RwDOpcode.MEM_WR) | (ev.opcode == RwDOpcode.MEM_WR_PTL)) &
+        (ev.snp == SnpType.NO_OP) & ev_at_line & bit(wr_due, ev_idx) &
+        ((ev.mf == MetaField.NO_OP) | ((ev.mf == MetaField.META0_STATE) & (ev.mv != 1)))))
+    cf_idx = (ev.tag - nl)[:ib]
+    chk("decide.conflict_token", ~b_cf | (
+        (ev.tag >= nl) & (ev.tag < 2 * nl) & (ev.line == h.line_of[cf_idx]) & ~ev.hi_bad &
+        bit(h.conf, cf_idx)))
+    trk_valid = it.signal("trk/valid")
+    trk_line = [it.signal(f"trk/line{t}") for t in range(nt)]
+    trk_op = [it.signal(f"trk/op{t}") for t in range(nt)]
+    tag_op = it.signal("host/ev_tag_op")
+    chk("decide.birsp_token", ~b_br | (
+        it.signal("host/ev_tag_ok") & (b_tag < nt) & bit(trk_valid, b_tag) &
+        (Array(trk_line)[b_tag] == ev.line) & (Array(trk_op)[b_tag] == tag_op) &
+        hn.birsp_allowed(tag_op, ev.opcode)))
+    for t in range(nt):
+        chk(f"decide.birsp_line_distinct{t}", ~(h.sv[t] & b_br) |
+            (h.line_of[h.sidx[t]] != ev.line))
+    # a BIRsp on its way (host register, decision register) has no Cmp due on its line: the
+    # host answered after its Req's grant, and a later Req waits for the tracker entry
+    chk("birsp_reg.after_cmp", ~h.br_v | ~bit(cmp_due, h.bq.idx))
+    for i in range(nl):
+        chk(f"line{i}.decide_birsp_after_cmp", ~(b_br & (ev.line == h.line_of[i])) |
+            ~cmp_due[i])
 
     # ---- NDR FIFO: Cmps of served Reqs, acks of BIConflicts, in order
     ndr = q["ndr_h"]
@@ -164,8 +230,8 @@ def add_invariants(hn, m):
         cmps = [v & (e.tag == i) for v, e in ndr]
         acks = [v & (e.tag == nl + i) for v, e in ndr]
         chk(f"line{i}.cmp_queued", _count(cmps) == cmp_due[i])
-        chk(f"line{i}.conflict_place", _count(acks) + (h.rwd_is_cf & (wq.idx == i)) ==
-            h.conf[i])
+        chk(f"line{i}.conflict_place", _count(acks) + (h.rwd_is_cf & (wq.idx == i)) +
+            (b_cf & (ev.tag == nl + i)) == h.conf[i])
         for j in range(len(ndr)):
             for k in range(j + 1, len(ndr)):
                 chk(f"line{i}.ndr_order{j}{k}", ~(acks[j] & cmps[k]))
@@ -209,7 +275,7 @@ def add_invariants(hn, m):
             (e.tag < nl) & bit(wr_due, idx) &
             (e.bucket == (h.line_of[idx][:hb] if hb else 0))))
     for i in range(nl):
-        n = _count([h.rwd_is_wr & (wq.idx == i)] +
+        n = _count([h.rwd_is_wr & (wq.idx == i), b_wr & (ev.tag == i)] +
                    [v & e.host & (e.tag == i) for v, e in q["wr_q"]] +
                    [v & e.host & (e.tag == i) for v, e in q["wr_ctx"]])
         chk(f"line{i}.write_place", n == wr_due[i])
@@ -233,9 +299,6 @@ def add_invariants(hn, m):
         chk(f"d_rd{j}.shape", ~v | ((e.id < HOST_MEDIA_ID) & is_host_line(e.line)))
 
     # ---- BISnps: tracker entries, BISnp FIFO, host, BIRsp register
-    trk_valid = it.signal("trk/valid")
-    trk_line = [it.signal(f"trk/line{t}") for t in range(nt)]
-    trk_op = [it.signal(f"trk/op{t}") for t in range(nt)]
     bq = q["bisnp"]
     for j, (v, e) in enumerate(bq):
         tag_ok = e.tag < nt
@@ -246,7 +309,8 @@ def add_invariants(hn, m):
                                       (e.opcode == BISnpOpcode.BISNP_DATA) |
                                       (e.opcode == BISnpOpcode.BISNP_CUR))))
     for t in range(nt):
-        n = _count([v & (e.tag == t) for v, e in bq] + [h.sv[t], h.br_v & (h.bq.tag == t)])
+        n = _count([v & (e.tag == t) for v, e in bq] + [h.sv[t], h.br_v & (h.bq.tag == t),
+                                                         b_br & (b_tag == t)])
         chk(f"tag{t}.one_place", n == trk_valid[t])
         chk(f"tag{t}.host_line", ~trk_valid[t] | is_host_line(trk_line[t]))
         chk(f"tag{t}.held_matches", ~h.sv[t] | ((trk_line[t] == h.line_of[h.sidx[t]]) &
@@ -286,6 +350,11 @@ def add_invariants(hn, m):
         (h.hs == meta_state(wq.mv)))
     chk("rule1.answer_announced", ~(h.br_v & (h.bq.idx == o)) |
         (h.hs <= hn.rsp_state(h.bq.op)))
+    chk("rule1.decide_write_announced", ~(b_wr & (ev_idx == o) &
+                                          (ev.mf == MetaField.META0_STATE)) |
+        (h.hs == meta_state(ev.mv)))
+    chk("rule1.decide_answer_announced", ~(b_br & (ev.line == h.obs_line)) |
+        (h.hs <= hn.rsp_state(ev.opcode)))
 
     # ---- merges hold a grant only while that input still offers
     for name in ("routing/rd_merge", "routing/ndr_merge", "routing/drs_merge"):
@@ -301,7 +370,8 @@ def add_invariants(hn, m):
                                      for k in range(med.depth)).all())
     chk("init_quiet", ready | (
         (h.acc == 0) & (h.srv == 0) & (h.hs == H_I) & (h.sv == 0) & (h.conf == 0) &
-        (trk_valid == 0) & (pk_valid == 0) & (med_rd.count == 0) & (med_wr.count == 0) &
+        (trk_valid == 0) & (pk_valid == 0) & (src == SRC_NONE) & (med_rd.count == 0) &
+        (med_wr.count == 0) &
         ~h.br_v & (dut.err == 0) &
         Cat(it.fifo(paths.get(n, n)).level == 0 for n in ("h_rd", "d_rd", "wr_q", "ndr_h",
                                                             "drs_nxm", "bisnp", "rd_ctx",

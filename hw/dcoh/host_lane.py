@@ -258,14 +258,27 @@ class HostLane(wiring.Component):
             tag_ok=Signal(name="ev_tag_ok"), tag_ok_next=Signal(name="sel_tag_ok"),
             tag_op=Signal(4, name="ev_tag_op"),
             bi_tag=Signal(range(self.cfg.bi_tags), name="ev_bi_tag"),
-            data=Signal(512, name="ev_data"), be=Signal(64, name="ev_be"),
-            poison=Signal(name="ev_poison"))
+            dsel=Signal(name="ev_dsel"))
         ev = st.ev
         m.d.comb += [self.valid.eq(st.src != SRC_NONE), self.line.eq(ev.line),
                      self.tag.eq(ev.tag), self.lk.line.eq(ev.line), self.cam.line.eq(ev.line),
-                     self.wr_data.eq(st.data), self.wr_be.eq(st.be),
-                     self.wr_poison.eq(st.poison), self.bi_tag.eq(st.bi_tag)]
+                     self.bi_tag.eq(st.bi_tag)]
         return st
+
+    def _rwd_data(self, m, sel, st):
+        """A RwD's data, byte enables and poison bit, in two registers used in turn: each loads
+        the channel's payload every cycle unless it holds the data of the RwD in the decision
+        register (``dsel``), so their enables come from registers and not from the decision
+        (a single register would load only when the decision takes the next event: an enable
+        of 577 flip-flops at the end of the lane's longest path)."""
+        lay = data.StructLayout({"data": 512, "be": 64, "poison": 1})
+        regs = [Signal(lay, name=f"rwd_data{k}", reset_less=True) for k in range(2)]
+        for k, r in enumerate(regs):
+            with m.If(~((st.src == SRC_RWD) & (st.dsel == k))):
+                m.d.sync += [r.data.eq(sel.data), r.be.eq(sel.be), r.poison.eq(sel.poison)]
+        held = Signal(lay)
+        m.d.comb += [held.eq(Mux(st.dsel, regs[1], regs[0])), self.wr_data.eq(held.data),
+                     self.wr_be.eq(held.be), self.wr_poison.eq(held.poison)]
 
     def _load(self, m, sel, st):
         """The selected event enters the decision register when it is empty, its event is
@@ -276,7 +289,9 @@ class HostLane(wiring.Component):
                          st.tag_ok.eq(st.tag_ok_next),
                          st.slot.eq(sel.slot), st.tag_op.eq(sel.tag_op),
                          st.bi_tag.eq(sel.bi_tag),
-                         st.data.eq(sel.data), st.be.eq(sel.be), st.poison.eq(sel.poison)]
+                         # (the register that loaded this cycle: not the one held, if any)
+                         st.dsel.eq((st.src == SRC_RWD) & ~st.dsel)]
+        self._rwd_data(m, sel, st)
 
     def _classify(self, m, ev, src, pk):
         """Region, decode and blocking facts of the event."""

@@ -339,6 +339,34 @@ async def unknown_and_wrong_birsp(dut):
     assert tb.counters()["proto_errors"] >= 1
 
 
+@cocotb.test(skip=not MAIN)
+async def duplicate_birsp_back_to_back(dut):
+    """A host that answers a BISnp twice in consecutive cycles: the first BIRsp frees its
+    BITag; the second is BIRSP_TAG and changes nothing, although the host lane's select stage
+    takes it while the first is decided (its tag still allocated then). The device write that
+    caused the snoop completes."""
+    tb = _calm_tb(dut)
+    await tb.reset()
+    line = tb.line("table", 3)
+    await tb.host.read(line, "own")                   # the host holds the line: SF A
+    core = tb.core
+    enqueue, dup = core._enqueue, []
+
+    def enqueue_twice(channel, payload, what, obj=None, delay=None):
+        m = enqueue(channel, payload, what, obj, delay)
+        if channel == "m2s_birsp" and what == "birsp" and not dup:
+            dup.append(enqueue(channel, payload, "raw_birsp", None, 0))
+        return m
+
+    core._enqueue = enqueue_twice
+    op = tb.dev.submit("wr", line, dev_id=1)          # BISnpInv, answered BIRspI twice
+    await tb.dev.wait(op, timeout=5_000)
+    assert dup, "the host never answered a BISnp"
+    await ClockCycles(dut.clk, 20)
+    assert tb.counters()["proto_errors"] == 1, tb.counters()
+    await tb.finish(expect_proto_errors=1)
+
+
 async def _expect_poison(tb, line, poisoned, data=None):
     """A host MemRd(SnpCur) and a device RdCur of ``line``: MemData poison / device ``err`` ==
     ``poisoned``, the media's bit too (the PMEM model's, an independent model of the rule);

@@ -29,36 +29,6 @@ def park_layout(lb):
                               "hi_bad": 1})
 
 
-def region_flags(m, cfg, line, name):
-    """One-hot region flags of a line address (``rw``, ``ro``, ``log``; none = NXM)."""
-    flags = {}
-    for r in REGIONS:
-        lo = getattr(cfg, r + "_base") >> 6
-        hi = (getattr(cfg, r + "_base") + getattr(cfg, r + "_size")) >> 6
-        s = Signal(name=f"{name}_in_{r}")
-        # (a bound at 0 or at the top of the address space is left out: Verilator flags an
-        # always-true unsigned compare)
-        lo_ok = (line >= lo) if lo > 0 else 1
-        hi_ok = (line < hi) if hi < (1 << len(line)) else 1
-        m.d.comb += s.eq(lo_ok & hi_ok)
-        flags[r] = s
-    return (flags["table"] | flags["staging"], flags["superblock"] | flags["slots"],
-            flags["log"])
-
-
-def decode_event(m, cfg, ev, name):
-    """Region and Req decode of a Req-shaped event (``park_layout``): ``rw`` (a read-write
-    region), ``nxm`` (no region, or address bits above the device's), ``act`` and ``err``
-    (:class:`~.decode.ReqDecode`)."""
-    rw, ro, log = region_flags(m, cfg, ev.line, name)
-    nxm = Signal(name=f"{name}_nxm")
-    m.d.comb += nxm.eq(ev.hi_bad | ~(rw | ro | log))
-    m.submodules[f"{name}_decode"] = dec = ReqDecode()
-    m.d.comb += [dec.opcode.eq(ev.opcode), dec.snp.eq(ev.snp), dec.mf.eq(ev.mf),
-                 dec.mv.eq(ev.mv), dec.rw.eq(rw), dec.ro.eq(ro), dec.nxm.eq(nxm)]
-    return SimpleNamespace(rw=rw, nxm=nxm, act=dec.act, err=dec.err)
-
-
 class HostLane(wiring.Component):
     """The DCOH's host lane (docs/coherence.md): one host message per cycle, in the order BIRsp,
     then RwD, then a parked Req that a BIRsp woke, then a new Req; two stages.
@@ -161,13 +131,30 @@ class HostLane(wiring.Component):
             "conflict": Out(1), "served_req": Out(1),
         })
 
+    def _region(self, m, line, name):
+        """One-hot region flags of a line address (``rw``, ``ro``, ``log``; none = NXM)."""
+        cfg = self.cfg
+        flags = {}
+        for r in REGIONS:
+            lo = getattr(cfg, r + "_base") >> 6
+            hi = (getattr(cfg, r + "_base") + getattr(cfg, r + "_size")) >> 6
+            s = Signal(name=f"{name}_in_{r}")
+            # (a bound at 0 or at the top of the address space is left out: Verilator flags an
+            # always-true unsigned compare)
+            lo_ok = (line >= lo) if lo > 0 else 1
+            hi_ok = (line < hi) if hi < (1 << len(line)) else 1
+            m.d.comb += s.eq(lo_ok & hi_ok)
+            flags[r] = s
+        return (flags["table"] | flags["staging"], flags["superblock"] | flags["slots"],
+                flags["log"])
+
     def elaborate(self, platform):
         m = Module()
         pk = self._park_slots(m)
         st = self._stage(m)
         ev, src = st.ev, st.src
         sel = self._select(m, pk, st)
-        ctx = self._classify(m, ev, src, pk, st)
+        ctx = self._classify(m, ev, src, pk)
         vic = self._victim(m)
         h = self._decide(m, ev, src, pk, ctx, vic, st)
         self._effects(m, ev, src, pk, vic, h, sel, st)
@@ -255,8 +242,7 @@ class HostLane(wiring.Component):
                 m.d.comb += hdr_view(req.payload.hdr)
         hdr = rwd.payload.hdr
         return SimpleNamespace(
-            src=src, ev=ev, dec=decode_event(m, self.cfg, ev, "sel"), peek=peek, slot=pk.sel,
-            bi_tag=birsp.payload.hdr.bi_tag,
+            src=src, ev=ev, peek=peek, slot=pk.sel, bi_tag=birsp.payload.hdr.bi_tag,
             tag_op=self.tag_q_op,
             data=rwd.payload.data, poison=hdr.poison,
             be=Mux(hdr.opcode == RwDOpcode.MEM_WR, ALL_BE, rwd.payload.be))
@@ -272,10 +258,7 @@ class HostLane(wiring.Component):
             tag_ok=Signal(name="ev_tag_ok"), tag_ok_next=Signal(name="sel_tag_ok"),
             tag_op=Signal(4, name="ev_tag_op"),
             bi_tag=Signal(range(self.cfg.bi_tags), name="ev_bi_tag"),
-            dsel=Signal(name="ev_dsel"),
-            # the event's region and Req decode (``decode_event``), from the select stage
-            rw=Signal(name="ev_rw"), nxm=Signal(name="ev_nxm"),
-            act=Signal(range(8), name="ev_act"), act_err=Signal(4, name="ev_act_err"))
+            dsel=Signal(name="ev_dsel"))
         ev = st.ev
         m.d.comb += [self.valid.eq(st.src != SRC_NONE), self.line.eq(ev.line),
                      self.tag.eq(ev.tag), self.lk.line.eq(ev.line), self.cam.line.eq(ev.line),
@@ -307,21 +290,25 @@ class HostLane(wiring.Component):
                          st.slot.eq(sel.slot), st.tag_op.eq(sel.tag_op),
                          st.bi_tag.eq(sel.bi_tag),
                          # (the register that loaded this cycle: not the one held, if any)
-                         st.dsel.eq((st.src == SRC_RWD) & ~st.dsel),
-                         st.rw.eq(sel.dec.rw), st.nxm.eq(sel.dec.nxm),
-                         st.act.eq(sel.dec.act), st.act_err.eq(sel.dec.err)]
+                         st.dsel.eq((st.src == SRC_RWD) & ~st.dsel)]
         self._rwd_data(m, sel, st)
 
-    def _classify(self, m, ev, src, pk, st):
-        """Region, decode (registered) and blocking facts of the event."""
+    def _classify(self, m, ev, src, pk):
+        """Region, decode and blocking facts of the event."""
+        ev_rw, ev_ro, ev_log = self._region(m, ev.line, "ev")
+        ev_nxm = Signal()
+        m.d.comb += ev_nxm.eq(ev.hi_bad | ~(ev_rw | ev_ro | ev_log))
         ev_parked = Signal()
         m.d.comb += ev_parked.eq(Cat(pk.valid[i] & (pk.slots[i].line == ev.line)
                                      for i in range(len(pk.slots))).any())
-        act = st.act
+        m.submodules.decode = dec = ReqDecode()
+        m.d.comb += [dec.opcode.eq(ev.opcode), dec.snp.eq(ev.snp), dec.mf.eq(ev.mf),
+                     dec.mv.eq(ev.mv), dec.rw.eq(ev_rw), dec.ro.eq(ev_ro), dec.nxm.eq(ev_nxm)]
+        act = dec.act
         new_state = Signal(2)
         m.d.comb += new_state.eq(Mux(act == A_RD_S, SF_S, SF_A))
         return SimpleNamespace(
-            rw=st.rw, nxm=st.nxm, parked=ev_parked, act=act, act_err=st.act_err,
+            rw=ev_rw, nxm=ev_nxm, parked=ev_parked, act=act, act_err=dec.err,
             meta0=ev.mf == MetaField.META0_STATE, bisnp_pending=self.cam.hit,
             needs_media_rd=(act == A_RDCUR) | (act == A_RD_S) | (act == A_RD_A),
             needs_entry=(act == A_RD_S) | (act == A_RD_A) | (act == A_INV_A),

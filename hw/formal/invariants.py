@@ -28,8 +28,7 @@ from amaranth.lib import data
 
 from ..cxl_encodings import (BISnpOpcode, DcohError, HOST_MEDIA_ID, MetaField, NDROpcode,
                              ReqOpcode, RwDOpcode, SnpType)
-from ..dcoh.host_lane import (SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ, park_layout,
-                              decode_event)
+from ..dcoh.host_lane import SRC_NONE, SRC_BIRSP, SRC_RWD, SRC_PARK, SRC_REQ, park_layout
 from .dut import MissingInternal
 from ..dcoh.routing import host_read_layout, device_read_layout, write_layout, ndr_entry_layout
 
@@ -175,12 +174,7 @@ def add_invariants(hn, m):
         chk(f"line{i}.parked", ~unserved[i] | (b_req & (ev.tag == i)) |
             Cat(v & (pk.tag == i) for v, pk in parks).any())
 
-    # ---- the decision register's event is the token it names; its registered region and Req
-    # decode are those of its fields
-    exp = decode_event(m, cfg, ev, "helper_ev")
-    chk("decide.decoded", (src == SRC_NONE) | (it.signal("host/ev_rw") == exp.rw) &
-        (it.signal("host/ev_nxm") == exp.nxm) & (it.signal("host/ev_act") == exp.act) &
-        (it.signal("host/ev_act_err") == exp.err))
+    # ---- the decision register's event is the token it names
     e_ndr, e_drs, *_ = req_expect(ev.opcode, ev.snp, ev.mf, ev.mv)
     chk("decide.req_token", (src != SRC_REQ) | peek | (
         ev_at_line & legal_req(ev.opcode, ev.snp, ev.mf, ev.mv) &

@@ -157,6 +157,7 @@ class HostLane(wiring.Component):
         ctx = self._classify(m, ev, src, pk)
         vic = self._victim(m)
         h = self._decide(m, ev, src, pk, ctx, vic, st)
+        self._load(m, sel, st, h)
         self._effects(m, ev, src, pk, vic, h, sel, st)
         served_req = h.do & ctx.is_req & h.served
         m.d.comb += self.served_req.eq(served_req)
@@ -255,7 +256,7 @@ class HostLane(wiring.Component):
             src=Signal(range(5), name="src"), ev=Signal(park_layout(lb), name="ev"),
             take=Signal(name="take"), do=Signal(name="h_do"), peek=Signal(name="ev_peek"),
             slot=Signal(range(self.cfg.park_slots), name="ev_slot"),
-            tag_ok=Signal(name="ev_tag_ok"), tag_ok_next=Signal(name="sel_tag_ok"),
+            tag_ok=Signal(name="ev_tag_ok"),
             tag_op=Signal(4, name="ev_tag_op"),
             bi_tag=Signal(range(self.cfg.bi_tags), name="ev_bi_tag"),
             dsel=Signal(name="ev_dsel"))
@@ -280,13 +281,16 @@ class HostLane(wiring.Component):
         m.d.comb += [held.eq(Mux(st.dsel, regs[1], regs[0])), self.wr_data.eq(held.data),
                      self.wr_be.eq(held.be), self.wr_poison.eq(held.poison)]
 
-    def _load(self, m, sel, st):
+    def _load(self, m, sel, st, h):
         """The selected event enters the decision register when it is empty, its event is
         consumed or peeked (``take``)."""
         m.d.comb += st.take.eq(self.stores_ready & ((st.src == SRC_NONE) | st.do | st.peek))
+        # a BITag released by this cycle's decision is no longer outstanding
+        tag_ok = Signal(name="sel_tag_ok")
+        m.d.comb += tag_ok.eq(self.tag_q_valid & ~(h.do & h.trk_rel & (st.bi_tag == sel.bi_tag)))
         with m.If(st.take):
             m.d.sync += [st.src.eq(sel.src), st.ev.eq(sel.ev), st.peek.eq(sel.peek),
-                         st.tag_ok.eq(st.tag_ok_next),
+                         st.tag_ok.eq(tag_ok),
                          st.slot.eq(sel.slot), st.tag_op.eq(sel.tag_op),
                          st.bi_tag.eq(sel.bi_tag),
                          # (the register that loaded this cycle: not the one held, if any)
@@ -479,16 +483,12 @@ class HostLane(wiring.Component):
     def _effects(self, m, ev, src, pk, vic, h, sel, st):
         """Ready of the channels, the effect outputs and the park slot / victim updates."""
         n_ways = self.cfg.sf_ways
-        self._load(m, sel, st)
         take = st.take
         m.d.comb += [self.m2s_req.ready.eq((take & (sel.src == SRC_REQ) & ~sel.peek) |
                                            (h.do & st.peek)),
                      self.m2s_rwd.ready.eq(take & (sel.src == SRC_RWD)),
                      self.m2s_birsp.ready.eq(take & (sel.src == SRC_BIRSP)),
-                     self.do.eq(h.do),
-                     # a BITag released by this cycle's decision is no longer outstanding
-                     st.tag_ok_next.eq(self.tag_q_valid & ~(h.do & h.trk_rel &
-                                                            (st.bi_tag == sel.bi_tag)))]
+                     self.do.eq(h.do)]
         m.d.comb += [self.sf_we.eq(h.sf_we), self.sf_way.eq(h.sf_way),
                      self.sf_state.eq(h.sf_state), self.ndr.eq(h.ndr), self.ndr_op.eq(h.ndr_op),
                      self.drs_nxm.eq(h.drs_nxm), self.media_rd.eq(h.media_rd),

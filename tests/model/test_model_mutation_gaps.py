@@ -932,3 +932,189 @@ def test_region_full_error_reports_the_bytes_used():
     assert a.alloc(0x80) == 0x1000
     with pytest.raises(RegionFullError, match=r"\(0x80 B used\)$"):
         a.alloc(0x100)
+
+
+# ==== third campaign (seed-1 sample of 500 of 8,864 mutants, docs/verification.md) ===============
+
+# ---- embedding_device.StagingLayout --------------------------------------------------------------
+
+def test_staging_layout_refuses_2_32_rows_by_the_row_rule():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_26`` (``r < 2 <<
+    32``): a table has at most 2^32 - 1 rows (the descriptor's 32-bit row count); 2^32 rows
+    are refused by that rule, not later by the table region's size."""
+    from sw_model.embedding_device import StagingLayout
+    with pytest.raises(ValueError, match=r"^table 0: rows 4294967296 must be in 1\.\.2\^32-1$"):
+        StagingLayout(CFG, (1 << 32,), (16,), 4, 8, 256)
+
+
+def test_staging_layout_ring_holds_one_descriptor_per_table_plus_one_slot():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_56`` (``ring_size
+    - 2 >= T``): a ring of N slots holds N - 1 descriptors, so one table needs a ring of 2 and
+    two tables a ring of 4."""
+    from sw_model.embedding_device import StagingLayout
+    assert StagingLayout(CFG, (10,), (16,), 4, 8, 256, ring_size=2).ring_size == 2
+    with pytest.raises(ValueError, match=r"holding 2 descriptors \(>= 3\), got 2$"):
+        StagingLayout(CFG, (10, 10), (16, 16), 4, 8, 256, ring_size=2)
+
+
+def test_staging_layout_puts_tables_back_to_back_at_rows_times_dim_times_4():
+    """Mutant ``sw_model.embedding_device.xǁStagingLayoutǁ__init____mutmut_92`` (``r * d *
+    5``: tables spaced as if rows were 5 bytes per element). Table t starts at the 64 B
+    aligned end of table t - 1: 3 rows x 16 x 4 B = 192 B, 5 x 32 x 4 B = 640 B; tables that
+    fill the table region exactly fit."""
+    from sw_model.embedding_device import StagingLayout
+    L = StagingLayout(CFG, (3, 5, 1), (16, 32, 16), 4, 8, 256)
+    b = CFG.table_base
+    assert list(L.table_base) == [b, b + 192, b + 192 + 640]
+    assert L.table_end == b + 192 + 640 + 64
+    rows = CFG.table_size // (128 * 4)
+    assert StagingLayout(CFG, (rows,), (128,), 4, 8, 256).table_end == b + CFG.table_size
+
+
+# ---- expected_trace ------------------------------------------------------------------------------
+
+def test_expected_trace_header_names_its_source():
+    """Mutant ``sw_model.expected_trace.x_expected_events__mutmut_61`` (the header's
+    ``source`` under another key). docs/traces.md: the header is ``{"trace", "version",
+    "source": "model"|"rtl", "covers"}``."""
+    from sw_model.expected_trace import SEMANTIC, expected_events
+    (hdr,) = expected_events([], CFG)
+    assert hdr["trace"] == SEMANTIC and hdr["source"] == "model"
+
+
+def test_expected_trace_req_events_carry_their_ndr():
+    """Mutant ``sw_model.expected_trace.xǁ_Replayǁ_cxl__mutmut_188`` (every M2S Req event's
+    NDR list left empty). docs/coherence.md: MemRd SnpInv Meta0=A on a table line is answered
+    Cmp-E and MemData, MemInv SnpInv Meta0=I with Cmp and no data."""
+    from sw_model.expected_trace import expected_events
+
+    def req(tag, op, snp, mv):
+        return {"act": "cxl", "tag": tag, "ch": "m2s_req",
+                "hdr": {"opcode": int(op), "snp_type": int(snp),
+                        "meta_field": int(MF.META0_STATE), "meta_value": int(mv), "tag": tag,
+                        "addr": CFG.table_base // 64 + tag}}
+
+    acts = [{"act": "reset"}, req(1, RQ.MEM_RD, ST.SNP_INV, MV.A),
+            req(2, RQ.MEM_INV, ST.SNP_INV, MV.I)]
+    rd, inv = [e for e in expected_events(acts, CFG)[1:] if e["ev"] == "cxl"]
+    assert rd["ndr"] == [int(NDR.CMP_E)] and [d["opcode"] for d in rd["drs"]] == [0]
+    assert inv["ndr"] == [int(NDR.CMP)] and inv["drs"] == []
+
+
+def test_expected_trace_ring_base_halves_and_read_only_writes():
+    """Mutants ``sw_model.expected_trace.xǁ_Replayǁ_apply_write__mutmut_91`` (a CMD/CPL_BASE_LO
+    write clears bit 32 instead of the low word, so a second LO write ORs into the first),
+    ``xǁ_Replayǁ_reg_value__mutmut_12`` (CPL_BASE looked up in lower case: its value unknown)
+    and ``xǁ_Replayǁcsr_write__mutmut_55`` (a write to a read-only register answered without
+    SLVERR). The ring bases are BASE_HI:BASE_LO, each half replaced by its write; a write to
+    a read-only register (STATUS) is SLVERR (2) and CSR_RO."""
+    from sw_model.expected_trace import RegMap
+    rm = RegMap()
+
+    def w(name, v):
+        return {"act": "csr_write", "addr": rm.off[name], "data": v, "strb": 15, "resp": 0}
+
+    def r(name):
+        return {"act": "csr_read", "addr": rm.off[name], "data": 0, "resp": 0}
+
+    ev = _csr_events([{"act": "reset"}, w("CMD_BASE_HI", 0x10), w("CMD_BASE_LO", 0x1000),
+                      w("CMD_BASE_LO", 0x2040), w("CPL_BASE_LO", 0x4000),
+                      w("CPL_BASE_LO", 0x8000), r("CMD_BASE_LO"), r("CMD_BASE_HI"),
+                      r("CPL_BASE_LO"), w("STATUS", 1), r("ERR_CODE")])
+    reads = [(e["name"], e["data"]) for e in ev if e["ev"] == "csr_r"]
+    assert reads == [("CMD_BASE_LO", 0x2040), ("CMD_BASE_HI", 0x10), ("CPL_BASE_LO", 0x8000),
+                     ("ERR_CODE", int(E.CSR_RO))]
+    assert [e["resp"] for e in ev if e["ev"] == "csr_w"] == [0, 0, 0, 0, 0, 2]
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def test_line_snapshot_reads_an_unwritten_line_as_its_fill():
+    """Mutant ``sw_model.memory.xǁLineSnapshotǁread_line__mutmut_11`` (``bytes(None)``: an
+    unwritten line raises TypeError)."""
+    from sw_model.memory import LineSnapshot, MemoryImage
+    m = MemoryImage(0x1000, fill=0xA5)
+    m.write(0x40, b"\x01")
+    s = LineSnapshot.of(m)
+    assert s.read_line(0x80) == b"\xa5" * 64
+    assert s.read_line(0x40) == b"\x01" + b"\xa5" * 63
+
+
+def test_memory_diff_dumps_only_the_row_holding_a_difference():
+    """Mutant ``sw_model.memory.xǁMemoryImageǁdiff__mutmut_50`` (``o <= i <= o + 16``: a
+    difference at byte 16 also dumps the row at byte 0). One byte differs, at 0x1010: only the
+    row at 0x1010 is dumped (self, other, marks)."""
+    from sw_model.memory import MemoryImage
+    a, b = MemoryImage(0x2000), MemoryImage(0x2000)
+    b.write(0x1010, b"\x07")
+    ((addr, desc),) = a.diff(b)
+    lines = desc.splitlines()
+    assert addr == 0x1010 and len(lines) == 4
+    assert lines[1].startswith("  self  0000001010:")
+    assert lines[2].startswith("  other 0000001010: 07 00")
+
+
+def test_gather_lines_refuses_a_u32_address_whose_line_ends_past_4_gib():
+    """Mutant ``sw_model.memory.xǁMemoryImageǁgather_lines__mutmut_3`` (addresses kept in the
+    caller's dtype: a uint32 0xFFFFFFC0 plus one line wraps to 0 and passes the range check).
+    The line at 0xFFFFFFC0 is outside a 64 KiB image whatever the array's dtype."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x10000)
+    assert m.gather_lines(np.array([0x40], dtype=np.uint32)) == bytes(64)
+    with pytest.raises(ValueError, match="out-of-range line address"):
+        m.gather_lines(np.array([0xFFFFFFC0], dtype=np.uint32))
+
+
+def test_memory_write_takes_a_list_of_byte_values():
+    """Mutant ``sw_model.memory.xǁMemoryImageǁwrite__mutmut_5`` (``bytes(None)``): ``data``
+    may be a list of byte values (the docstring's contract)."""
+    from sw_model.memory import MemoryImage
+    m = MemoryImage(0x100)
+    m.write(0x10, [1, 2, 255])
+    assert m.read(0x10, 3) == b"\x01\x02\xff"
+
+
+# ---- training ------------------------------------------------------------------------------------
+
+def test_parse_cpl_keeps_an_unknown_status_as_its_number():
+    """Mutant ``sw_model.training.xǁTrainingDeviceǁparse_cpl__mutmut_10`` (every status made
+    a DeviceError: an unknown code raises ValueError). A completion's status that the enum does
+    not know stays the plain number, for DeviceStatusError to report."""
+    from sw_model.training import TrainingDevice
+    unknown = max(int(c) for c in DeviceError) + 1
+    rec = bytearray(64)
+    rec[5] = unknown
+    c = TrainingDevice.parse_cpl(bytes(rec))
+    assert type(c["status"]) is int and c["status"] == unknown
+
+
+def test_formatting_recovery_reports_its_superblock_writes_by_name():
+    """Mutant ``sw_model.training.xǁTrainingDeviceǁrecover__mutmut_31`` (the zeroing write of
+    a format reported as ``None``). Module docstring: formatting writes zeros to bytes 8..63
+    (``"sb_format"``), then the magic/version word (``"sb_magic"``), and no epoch word."""
+    from sw_model.memory import MemoryImage
+    from sw_model.training import TrainingDevice
+    dev = TrainingDevice(CFG, MemoryImage(1 << CFG.addr_bits))
+    seen = []
+    dev.on_write = lambda addr, data, what: seen.append((addr, len(data), what))
+    dev.recover()
+    sb = CFG.superblock_base
+    assert seen[:2] == [(sb + 8, 56, "sb_format"), (sb, 8, "sb_magic")]
+    assert "sb_epoch" not in [w for _, _, w in seen]
+
+
+# ---- workload ------------------------------------------------------------------------------------
+
+def test_lookup_job_stages_offsets_as_u32_words():
+    """Mutant ``sw_model.workload.xǁLookupJobǁlayout__mutmut_11`` (offsets kept as given: a
+    list becomes int64, 8 B per offset of staging). 20 u32 offsets fill 80 B, so the indices
+    start at the next 64 B line, 128 B after them."""
+    from sw_model.memory import MemoryImage
+    from sw_model.workload import LookupJob
+    mem = MemoryImage(1 << CFG.addr_bits)
+    offsets = list(range(20))
+    job = LookupJob.layout(CFG, mem, np.zeros((32, 16), dtype=np.int32), offsets,
+                           list(range(19)))
+    assert job.offsets.dtype == np.uint32
+    assert job.cmd.indices_addr - job.cmd.offsets_addr == 128
+    assert mem.read_u32(job.cmd.offsets_addr, 20).tolist() == offsets

@@ -211,6 +211,22 @@ EQUIVALENT: dict[str, tuple[str, str]] = {
                                 "the same order"),
     "sw_model.memory.xǁMemoryImageǁwrite_i32__mutmut_28":
         ('copy=None', "whether astype copies does not change the bytes written"),
+    # third campaign (2026-12-07)
+    "sw_model.embedding_device.xǁModelDeviceǁsubmit__mutmut_5": ("raise ValueError(None)",
+                                                                MESSAGE_ONLY),
+    "sw_model.expected_trace.x_expected_events__mutmut_46": ("'XX?XX'", MESSAGE_ONLY),
+    "sw_model.training.x_snap_slot_addr__mutmut_4": ("raise ValueError(None)", MESSAGE_ONLY),
+    "sw_model.training.xǁTrainingDeviceǁexecute__mutmut_4": ('"EXECUTE BEFORE RECOVER()"',
+                                                            MESSAGE_ONLY),
+    "sw_model.expected_trace.xǁ_RecMemǁ__init____mutmut_4":
+        ("self.backdoor = None", "`backdoor` is only ever tested for truth"),
+    "sw_model.expected_trace.xǁ_Replayǁload__mutmut_37":
+        ("self.mem.backdoor = None", "`backdoor` is only ever tested for truth"),
+    "sw_model.memory.x_differing_lines__mutmut_6":
+        ("np.full(LINE, a.fill, dtype=None)", "an image's fill is a byte value (MemoryImage "
+                                              "refuses others, LineSnapshot.of copies it): "
+                                              "uint8 rows compared with it as int64 give the "
+                                              "same booleans"),
 }
 
 

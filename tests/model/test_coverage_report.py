@@ -259,7 +259,7 @@ def test_headline_is_the_default_configurations_variant(tmp_path):
     """Two builds of the full device (the default configuration and another) give one block
     two variants; the headline is the one ``block_variants`` computes from the default
     configuration's Verilog even when the other variant is the larger, and without that
-    choice the larger one."""
+    choice the larger one. A default variant that has no points is reported missing."""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     a = _dcoh_in("trainingcxl_device", "dev_clk", "dev_rst", tmp_path / "a")
@@ -274,7 +274,11 @@ def test_headline_is_the_default_configurations_variant(tmp_path):
     assert report.summarise(cov, [])["blocks"]["DCOH"]["variant"] != default["DCOH"]
     s = report.summarise(cov, [], headline=default)["blocks"]["DCOH"]
     assert s["variant"] == default["DCOH"] and s["toggle"]["total"] == 1, s
-    assert len(s["other_variants"]) == 1
+    assert len(s["other_variants"]) == 1 and "headline_missing" not in s
+    # files written before the RTL changed: the default variant has no points, and says so
+    s = report.summarise(cov, [], headline={"DCOH": "0" * 12})["blocks"]["DCOH"]
+    assert s["headline_missing"].startswith(f"no coverage of the default configuration's "
+                                            f"variant {'0' * 12}"), s
 
 
 def test_constant_bits_of_literal_assignments():
@@ -308,3 +312,26 @@ def test_toggle_points_of_constant_bits_are_left_out(tmp_path):
     b = report.summarise(cov, [])["blocks"]["CSR"]
     assert b["toggle"] == {"hit": 0, "total": 2, "pct": 0.0}, b["toggle"]
     assert b["excluded"]["toggle_constant"] == 2
+
+
+def test_ports_only_toggle_counts_the_toggle_points_of_declared_ports(tmp_path):
+    """``toggle_ports`` is the toggle figure over module ports alone (input/output/inout,
+    escaped names included; clock renames do not matter): a wire's points count in ``toggle``
+    only, a constant port bit in neither."""
+    v = tmp_path / "trainingcxl_device.v"
+    v.write_text("\n".join([
+        "module \\trainingcxl_device.csr (clk, x, \\y$7 , z);", "  input clk;",
+        "  input [1:0] x;", "  output \\y$7 ;", "  output [1:0] z;", "  wire w;",
+        "  assign z = { 1'h0, w };", "endmodule",
+        "module trainingcxl_device (clk);", "  input clk;", "endmodule", ""]))
+    pts = [("x[0]", 1), ("x[1]", 0), ("y$7", 1), ("z[0]", 0), ("z[1]", 0), ("w", 1)]
+    dat = tmp_path / "run.dat"
+    dat.write_text("# SystemC::Coverage-3\n" + "".join(
+        _point(v, 3, "toggle", "trainingcxl_device.csr", f"{s}:0->1", n) for s, n in pts))
+    cov = data.load([dat])
+    assert sorted(p.comment for p in cov.ports) == [
+        "x[0]:0->1", "x[1]:0->1", "y$:0->1", "z[0]:0->1", "z[1]:0->1"]
+    b = report.summarise(cov, [])["blocks"]["CSR"]
+    assert b["toggle"] == {"hit": 3, "total": 5, "pct": 60.0}, b["toggle"]
+    assert b["toggle_ports"] == {"hit": 2, "total": 4, "pct": 50.0}, b["toggle_ports"]
+    assert data.port_names(["  input [3:0] \\a.b ;", "  inout c;", "  wire d;"]) == {"a.b", "c"}

@@ -8,10 +8,10 @@ Runs ``pytest tests/cosim/<area>`` for each area with ``TRAININGCXL_COVERAGE=<ou
 simulator build is the coverage variant (cosim/build.py: its own cache key) and every run writes
 its counters there; then merges them (``verilator_coverage --write`` and ``--write-info`` when
 the tool is on PATH: ``<out>/merged.dat``, ``<out>/coverage.info``), writes
-``<out>/summary.json`` (line and toggle coverage per hw block, exclusions with their reasons and
-point counts) and ``<out>/html/index.html``. Functional coverage sampled in the same runs is
-merged into ``<out>/functional.json``. Exit status: pytest's, or 1 when no coverage file was
-written.
+``<out>/summary.json`` (line and toggle coverage per hw block, and toggle of module ports alone;
+exclusions with their reasons and point counts) and ``<out>/html/index.html``. Functional
+coverage sampled in the same runs is merged into ``<out>/functional.json``. Exit status:
+pytest's, or 1 when no coverage file was written.
 """
 from __future__ import annotations
 
@@ -100,10 +100,15 @@ def summarise_dir(out: Path, meta: dict | None = None, exclusions: Path | None =
 
 def print_summary(summary: dict) -> None:
     print(f"coverage: {summary['coverage_files']} coverage files; {summary['metric']}")
-    print(f"  {'block':<20} {'line':>22} {'toggle':>22}  source")
+    kinds = (*data.KINDS, "toggle_ports")
+    print(f"  {'block':<20} {'line':>22} {'toggle':>22} {'toggle, ports only':>22}  source")
     for name, b in summary["blocks"].items():
-        cells = [f"{'-' if b[k]['pct'] is None else b[k]['pct']:>6} % {b[k]['hit']:>6}/{b[k]['total']:<6}" for k in data.KINDS]
-        print(f"  {name:<20} {cells[0]:>22} {cells[1]:>22}  {b['source']}")
+        cells = [f"{'-' if b[k]['pct'] is None else b[k]['pct']:>6} % "
+                 f"{b[k]['hit']:>6}/{b[k]['total']:<6}" for k in kinds]
+        print(f"  {name:<20} {cells[0]:>22} {cells[1]:>22} {cells[2]:>22}  {b['source']}")
+    for name, b in summary["blocks"].items():
+        if "headline_missing" in b:
+            print(f"  warning: {name}: {b['headline_missing']}")
     for name, g in summary.get("functional", {}).items():
         print(f"  functional {name}: {g['hit']}/{g['total']} bins hit")
 

@@ -69,6 +69,16 @@ def _one_domain(lines: list) -> tuple[list, set, dict]:
     return kept, drop, renames
 
 
+_PORT = re.compile(r"^\s*(?:input|output|inout)\s*(?:\[\d+:\d+\])?\s*\\?(\S+)\s*;")
+
+
+def port_names(lines: list[str]) -> set[str]:
+    """Names of the ports one module's Verilog declares (``input``/``output``/``inout``), as
+    Verilator's toggle comments name them once demangled (escaped identifiers without their
+    backslash)."""
+    return {m.group(1) for m in map(_PORT.match, lines) if m}
+
+
 _DECL = re.compile(r"^\s*(?:wire|reg|input|output)\s*(?:\[(\d+):(\d+)\])?\s*\\?(\S+)\s*;")
 _ASSIGN = re.compile(r"^\s*assign\s+\\?(\S+?)\s*(?:\[(\d+)(?::(\d+))?\])?\s*=\s*(.+?)\s*;\s*$")
 _CONST = re.compile(r"^(\d+)'[hdb][0-9a-fA-F_]+$")
@@ -164,6 +174,7 @@ class _VerilogFile:
     dropped: dict = field(default_factory=dict)   # module's first line -> lines left out
     renames: dict = field(default_factory=dict)   # module's first line -> {clock/reset: name}
     constants: dict = field(default_factory=dict)  # module's first line -> constant_bits()
+    ports: dict = field(default_factory=dict)     # module's first line -> port_names()
 
     @classmethod
     def read(cls, path: Path, text: str | None = None) -> "_VerilogFile":
@@ -184,6 +195,7 @@ class _VerilogFile:
             block, rel = block_of(name)
             kept, drop, vf.renames[start] = _one_domain(vf.text[start - 1:end - 1])
             vf.constants[start] = constant_bits(vf.text[start - 1:end - 1])
+            vf.ports[start] = port_names(vf.text[start - 1:end - 1])
             vf.dropped[start] = sorted(drop)
             body = "\n".join(kept).replace(vf.top + ".", "TOP.")
             body = re.sub(r"\$\d+", "$", body)
@@ -225,6 +237,7 @@ class Coverage:
         self.variant_tops: dict = defaultdict(set)   # (block, variant) -> tops it was built in
         self.variant_runs: dict = defaultdict(int)   # (block, variant) -> runs that counted it
         self.constant: set[Point] = set()             # toggle points of constant bits
+        self.ports: set[Point] = set()                # toggle points of module ports
         self.files: list[Path] = []
         self._verilog: dict[str, _VerilogFile] = {}
 
@@ -271,6 +284,8 @@ class Coverage:
                 sb = toggle_signal_bit(raw)
                 if sb and sb[1] in vf.constants.get(start, {}).get(sb[0], ()):
                     self.constant.add(p)
+                if sb and sb[0] in vf.ports.get(start, ()):
+                    self.ports.add(p)
             self.where.setdefault(p, (f["f"], line, f.get("S", "")))
             if (block.name, variant) not in seen:
                 seen.add((block.name, variant))
@@ -324,4 +339,4 @@ def matches(rule: dict, p: Point) -> bool:
     return fnmatch.fnmatchcase(what, rule.get("signal", rule.get("comment", "*")))
 
 
-__all__ += ["signal_of", "demangle", "matches", "BLOCKS", "OTHER"]
+__all__ += ["signal_of", "demangle", "matches", "port_names", "BLOCKS", "OTHER"]

@@ -4,7 +4,10 @@ Figures are Verilator's: *line* = line (statement-block) points hit / total, *to
 points (each bit of each signal, 0->1 and 1->0 counted apart) hit / total, after the exclusions
 of ``exclusions.toml`` (each listed with its reason and how many points it removed) and the
 toggle points of constant bits (:func:`trainingcxl.coverage.data.constant_bits`, counted per
-block as ``excluded.toggle_constant``).
+block as ``excluded.toggle_constant``). *toggle_ports* is the same toggle figure over the
+points of module ports only (every module of the block, its own and its submodules'), the
+population lowRISC's Ibex and OpenTitan grade (VCS ``-cm_tgl portsonly``); it is reported beside
+the all-signals figure, never instead of it.
 """
 from __future__ import annotations
 
@@ -54,9 +57,11 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
     headline variant naming the file each module was elaborated from. ``headline`` (block ->
     variant: the default configuration's, :func:`trainingcxl.coverage.data.block_variants`)
     chooses each block's headline variant; without it (or for a block whose variant did not
-    run) the largest variant built in the full device, else the largest."""
+    run) the largest variant built in the full device, else the largest; a block whose default
+    variant did not run says so in ``headline_missing``."""
     per = defaultdict(lambda: {k: [0, 0] for k in KINDS})      # (block, variant) -> kind -> [hit, total]
     per_mod = defaultdict(lambda: {k: [0, 0] for k in KINDS})  # (block, variant, module) -> ...
+    ports = defaultdict(lambda: [0, 0])                        # (block, variant) -> [hit, total]
     excl_per = defaultdict(lambda: {**{k: 0 for k in KINDS}, "toggle_constant": 0})
     rule_hits = [0] * len(rules)
     constant = cov.constant
@@ -74,6 +79,9 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
         per[key][p.kind][0] += n > 0
         per_mod[key + (p.module,)][p.kind][1] += 1
         per_mod[key + (p.module,)][p.kind][0] += n > 0
+        if p in cov.ports:
+            ports[key][1] += 1
+            ports[key][0] += n > 0
     blocks = {}
     for b in (*BLOCKS, OTHER):
         variants = []
@@ -85,6 +93,9 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
                 "variant": variant, "tops": tops, "runs": cov.variant_runs[(name, variant)],
                 **{k: {"hit": kinds[k][0], "total": kinds[k][1],
                        "pct": _pct(*kinds[k])} for k in KINDS},
+                "toggle_ports": {"hit": ports[(name, variant)][0],
+                                 "total": ports[(name, variant)][1],
+                                 "pct": _pct(*ports[(name, variant)])},
                 "excluded": dict(excl_per[(name, variant)]),
             })
         if not variants:
@@ -93,6 +104,10 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
         variants.sort(key=lambda v: (v["variant"] != want, DEFAULT_TOP not in v["tops"],
                                      -sum(v[k]["total"] for k in KINDS)))
         head, rest = variants[0], variants[1:]
+        if want is not None and head["variant"] != want:
+            head["headline_missing"] = (
+                f"no coverage of the default configuration's variant {want} (the RTL changed "
+                "since these files were written?): shown is the largest other variant")
         modules = {}
         for (name, variant, mod), kinds in sorted(per_mod.items()):
             if (name, variant) == (b.name, head["variant"]):
@@ -105,7 +120,8 @@ def summarise(cov: Coverage, rules: list[dict], meta: dict | None = None,
         "metric": "Verilator line points and toggle points (per bit and direction) hit/total, "
                   "after exclusions (the rules, and toggle points of bits driven by a literal "
                   "constant in the generated Verilog: 'toggle_constant'); headline = the block "
-                  "as built in the full device's default configuration",
+                  "as built in the full device's default configuration; toggle_ports = the "
+                  "toggle figure over module ports only",
         "coverage_files": len(cov.files),
         "exclusions": [{**r, "points": rule_hits[i]} for i, r in enumerate(rules)],
         "blocks": blocks,
@@ -139,13 +155,14 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
         page = "block-" + "".join(c if c.isalnum() else "_" for c in name) + ".html"
         cells = "".join(
             f"<td class='{'lo' if (b[k]['pct'] or 0) < 90 else ''}'>{b[k]['pct']} % "
-            f"({b[k]['hit']}/{b[k]['total']})</td>" for k in KINDS)
+            f"({b[k]['hit']}/{b[k]['total']})</td>" for k in (*KINDS, "toggle_ports"))
         rows.append(f"<tr><td><a href='{page}'>{e(name)}</a></td><td><code>{e(b['source'])}"
                     f"</code></td>{cells}<td>{b['runs']}</td></tr>")
         lines, toggles = _missed(cov, rules, name, b["variant"])
         body = [f"<h1>{e(name)} ({e(b['source'])})</h1>",
                 f"<p>variant {b['variant']} built in {e(', '.join(b['tops']))}; "
-                f"line {b['line']['pct']} %, toggle {b['toggle']['pct']} %</p>",
+                f"line {b['line']['pct']} %, toggle {b['toggle']['pct']} % (ports only "
+                f"{b['toggle_ports']['pct']} %)</p>",
                 "<h2>Modules</h2><table><tr><th>module</th><th>Amaranth source</th>"
                 "<th>line</th><th>toggle</th></tr>",
                 *(f"<tr><td>{e(m)}</td><td><code>{e(v['source'])}</code></td>"
@@ -180,6 +197,7 @@ def write_html(cov: Coverage, rules, summary: dict, out: Path) -> Path:
     index.write_text(
         f"<html><head><meta charset='utf-8'>{style}</head><body><h1>TrainingCXL code coverage</h1>"
         f"<p>{e(summary['metric'])}; {summary['coverage_files']} coverage files.</p>"
-        "<table><tr><th>block</th><th>source</th><th>line</th><th>toggle</th><th>runs</th></tr>"
+        "<table><tr><th>block</th><th>source</th><th>line</th><th>toggle</th>"
+        "<th>toggle, ports only</th><th>runs</th></tr>"
         + "\n".join(rows) + f"</table><h2>Exclusions</h2><ul>{excl}</ul></body></html>")
     return index

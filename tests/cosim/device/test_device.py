@@ -5,17 +5,21 @@ the crash campaign). Every test drives the RTL and ``TrainingDevice`` in step (c
 and compares completions (all fields but ``cycles``), the whole memory image (tables, undo-log
 slots, superblock, staging) and the error/ring/IRQ CSRs.
 
-Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every
-AXI channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's
-row tracker (its ways and victim CAM full, repeats joining); recovery of an undo log longer
-than the recovery scan's window; two aborted attempts of a batch with logged-set overflow
-(re-logging, recovery epoch); re-logging a row whose previous update is still in flight (a bug this test found: the record held the row from before that update);
-doorbell before recovery and CSR misuse; a sweep of every register of the map; ring errors
-(RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while
-busy); every descriptor-level error followed by recovery of the partly applied UPDATEs; the
-command processor's width checks before the engine checks (completions also checked against
-the contract's expected status/value); the interrupt line; addresses, batch numbers, epochs,
-tags and table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
+Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every AXI
+channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's row
+tracker (its ways and victim CAM full, repeats joining), its entries under long joins and
+reuse, and two crowded sets with random repeats; recovery of an undo log longer than the
+recovery scan's window (after a power cycle, and by RECOVER alone), and with rollback writes
+slower than the record reads; two aborted attempts of a batch with logged-set overflow
+(re-logging, recovery epoch); re-logging a row whose previous update is still in flight (a bug
+this test found: the record held the row from before that update), also in a later way of its
+tracker set; doorbell before recovery and CSR misuse; a sweep of every register of the map;
+ring errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and
+RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); every descriptor-level
+error followed by recovery of the partly applied UPDATEs; the command processor's width checks
+before the engine checks (completions also checked against the contract's expected
+status/value); the interrupt line; addresses, batch numbers, epochs, tags and table ids across
+their whole ranges (two batches with snapshots past 2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -220,16 +224,111 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
 
 
 @cocotb.test()
-async def device_recovery_beyond_the_scan_window(dut):
-    """An open batch whose undo log holds more records than the recovery scan's window
-    (``log_window`` + 64, one per distinct row: LOOKUP+LOG, then an UPDATE of the same rows),
-    cut by a power cycle: recovery finds the log's end past the window and rolls every row
-    back; tables, log and RECOVERED_RECORDS equal the model."""
-    tb = DeviceTB(dut, latency=8, name="scan_window")
+async def device_update_tracker_entries_long_joins_and_reuse(dut):
+    """One NOLOG UPDATE at PMEM latency 300, dim 16 (one line per row) on the row tracker's
+    entries (``row_set``): the 8 ways of one set take a row each, way 5's row then repeats 100
+    times; the 16 victims take a row each (twice in a row), victim 10's row then repeats 300
+    times (line counters past 64 and 256); then 1100 rows spread evenly over the other sets
+    (victim 10's row again before every 25th)
+    (more lines than the 1024-line forwarding ring: a row still counted in flight would later
+    be forwarded a line overwritten since); then the 24 rows again in a random order. Tables
+    equal the model; PERF_UPD_STALLS is 0, since no set ever has more rows in flight than its
+    ways plus the victims (capacity, docs of ``RowTracker``). Written for the mutants of
+    ``hw/update/row_cam.py`` 7 (victim 7 freed at count 3, not 1), 33 (victims always full)
+    and 92 (bit 8 of victim 10's count stuck at 0), and ``rows.py:218`` 11 (bit 6 of way 5's
+    acknowledged count written as 0)."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=300, name="tracker_reuse")
+    cfg = tb.cfg
+    dim, set_bits = 16, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    ways, nv, n_gap = cfg.upd_ways, cfg.upd_victims, 1100
+    n_rows = 1 << 20
+    s = int(tb.rng.integers(0, 1 << set_bits))
+    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, ways + nv + n_gap, replace=False)]
+    others = [t for t in range(1 << set_bits) if t != s]
+
+    def in_set(h, t):
+        return (h << set_bits) | (t ^ row_set(h << set_bits, set_bits))
+    mine = [in_set(h, s) for h in his[:ways + nv]]
+    gap = [in_set(h, others[k % len(others)]) for k, h in enumerate(his[ways + nv:])]
+    w_rows, v_rows = mine[:ways], mine[ways:]
+    assert {row_set(r, set_bits) for r in mine} == {s} and s not in {row_set(r, set_bits)
+                                                                      for r in gap}
+    await tb.power_on()
+    await tb.recover()
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(0, base, n_rows, dim)
+    for r in mine + gap:
+        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.set_lr(lr_q(tb, 0.01))
+    await tb.configure_ring(RING)
+    # victim 10's row also every 25th row of the gap: it is met again while its 300 lines
+    # are still being written
+    gap_v10 = [r for k, g_row in enumerate(gap) for r in ([v_rows[10]] * (k % 25 == 0) + [g_row])]
+    order = (w_rows + [w_rows[5]] * 100 + [v for v in v_rows for _ in range(2)]
+             + [v_rows[10]] * 300 + gap_v10 + [mine[i] for i in tb.rng.permutation(ways + nv)])
+    idx = np.array(order, np.uint32)
+    nb = 8
+    o = np.linspace(0, len(idx), nb + 1).astype(np.uint32)
+    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(idx), tb.stage_i32(g), batch=1,
+                         tag=1, nolog=True)], "tracker entries reused")
+    await tb.check("after the UPDATE")
+    stalls = await tb.drv.read("PERF_UPD_STALLS")
+    assert stalls == 0, tb.where(f"PERF_UPD_STALLS {stalls}: a row waited for an entry")
+
+
+@cocotb.test()
+@cocotb.parametrize(other=[8, 32])
+async def device_update_tracker_crowded_sets_random_repeats(dut, other):
+    """One NOLOG UPDATE at PMEM latency 8, dim 16, of 3000 items over 16 rows in each of two
+    row tracker sets (``row_set``): a set S with bit 3 set, and S ^ ``other``; each item is
+    one of the last 8 items again (half of them) or any of the 32 rows, so both sets' ways and
+    the victims are taken, freed and joined in the cycles after other entries' writes are
+    acknowledged. Tables equal the model. Written for the mutants 29 and 39 of the tracker's
+    per-way acknowledgement bypass (last cycle's ``dec`` counted for the looked-up set) in
+    ``hw/update/rows.py``: in the free test behind the victim allocation, of way 1 (29) and
+    way 4 (39), the looked-up set is taken as S ^ 8 or S ^ 32 (a bit of its XOR fold forced
+    or inverted), so a row is taken by a victim and a way, or by neither."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=8, name=f"tracker_crowded/S^{other}")
+    cfg = tb.cfg
+    dim, set_bits = 16, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    n_rows, per_set, n_items = 1 << 16, 16, 3000
+    s = int(tb.rng.integers(0, 1 << set_bits)) | 8
+    hs = tb.rng.choice(n_rows >> set_bits, 2 * per_set, replace=False)
+    rows = [(int(h) << set_bits) | (t ^ row_set(int(h) << set_bits, set_bits))
+            for t, hh in zip((s, s ^ other), hs.reshape(2, per_set)) for h in hh]
+    await tb.power_on()
+    await tb.recover()
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(0, base, n_rows, dim)
+    for r in rows:
+        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.set_lr(lr_q(tb, 0.01))
+    await tb.configure_ring(RING)
+    order = []
+    for _ in range(n_items):
+        again = order and tb.rng.random() < 0.5
+        order.append(order[-int(tb.rng.integers(1, min(8, len(order)) + 1))] if again
+                     else rows[int(tb.rng.integers(0, len(rows)))])
+    nb = 8
+    o = np.linspace(0, n_items, nb + 1).astype(np.uint32)
+    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(order), tb.stage_i32(g),
+                         batch=1, tag=1, nolog=True)], "crowded tracker sets")
+    await tb.check("after the UPDATE")
+
+
+async def _recovery_beyond_the_scan_window(tb, *, reset):
+    """The scan-window case: ``log_window`` + 64 records of an open batch, then a RECOVER
+    after a power cycle (``reset``) or without one (after a first scan of an empty log)."""
     cfg = tb.cfg
     n = cfg.log_window + 64
     await tb.power_on()
     await tb.recover()
+    if not reset:
+        await tb.recover()          # the superblock is valid now: this one scans (slot 0)
     await setup_tables(tb, [(0, 2 * n, 16, 0.0)])
     await tb.set_lr(lr_q(tb, 0.25))
     await tb.configure_ring(RING)
@@ -244,11 +343,73 @@ async def device_recovery_beyond_the_scan_window(dut):
                   update(0, nb, oa, ia, g, batch=1, tag=2)], f"{n} rows logged and updated")
     assert tb.table_bytes(0) != before, tb.where("the UPDATE changed nothing")
     specs = [(t, r, d) for t, (_, r, d) in tb.tables.items()]   # power_on forgets them
-    await tb.power_on()
+    if reset:
+        await tb.power_on()
     await tb.recover()
     assert tb.model.recovered_records == n, tb.where(f"model recovered "
                                                      f"{tb.model.recovered_records}")
     await tb.check("after recovery of a log longer than the scan window")
+    assert tb.table_bytes_at(specs, 0) == before, tb.where("rows not rolled back")
+
+
+@cocotb.test()
+async def device_recovery_beyond_the_scan_window(dut):
+    """An open batch whose undo log holds more records than the recovery scan's window
+    (``log_window`` + 64, one per distinct row: LOOKUP+LOG, then an UPDATE of the same rows),
+    cut by a power cycle: recovery finds the log's end past the window and rolls every row
+    back; tables, log and RECOVERED_RECORDS equal the model."""
+    await _recovery_beyond_the_scan_window(DeviceTB(dut, latency=8, name="scan_window"),
+                                           reset=True)
+
+
+@cocotb.test()
+async def device_recovery_without_reset_beyond_the_scan_window(dut):
+    """The case above aborted by RECOVER alone (no power cycle; the device was ready), after a
+    RECOVER that scanned an empty log: the scan starts again from slot 0 (it does not keep
+    the previous recovery's end), finds the end past the window and rolls every row back;
+    tables, log and RECOVERED_RECORDS equal the model. Written for mutant 70
+    (``hw/persist/engine.py:294``: the superblock version compared with bit 21 inverted, in
+    the copy of that compare that starts the scan: a valid superblock then does not restart
+    the scanner)."""
+    await _recovery_beyond_the_scan_window(DeviceTB(dut, latency=8, name="scan_window_no_reset"),
+                                           reset=False)
+
+
+@cocotb.test()
+@cocotb.parametrize(dim=[32, 64])
+async def device_recovery_with_slow_writes(dut, dim):
+    """An open batch of 96 undo records of dim ``dim`` (two or four data lines each:
+    LOOKUP+LOG, then an UPDATE of the same rows) cut by a power cycle, recovered at PMEM read
+    latency 30 and write latency 300: the rollback writes (64 in flight) are slower than the
+    record reads, so the record applier's line buffer fills and its data reads wait for room
+    (a record's lines are reserved before they are read). Every row is rolled back; tables,
+    log and RECOVERED_RECORDS equal the model. Written for the mutants of the buffer's free
+    count in ``hw/persist/apply.py``: 48 (bit 3 of the lines given back forced 1) and 91 (bit
+    1 of the count inverted when bit 4 is set). (The write latency is set on the Python PMEM
+    model, the bench's default.)"""
+    tb = DeviceTB(dut, latency=30, name=f"recovery_slow_writes/dim{dim}")
+    n = 96
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, [(0, 2 * n, dim, 0.0)])
+    await tb.set_lr(lr_q(tb, 0.25))
+    await tb.configure_ring(RING)
+    nb = 8
+    idx = tb.rng.permutation(2 * n)[:n].astype(np.uint32)
+    o = np.linspace(0, n, nb + 1).astype(np.uint32)
+    oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
+    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
+    before = tb.table_bytes(0)
+    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
+                  update(0, nb, oa, ia, g, batch=1, tag=2)], f"{n} rows logged and updated")
+    assert tb.table_bytes(0) != before, tb.where("the UPDATE changed nothing")
+    specs = [(t, r, d) for t, (_, r, d) in tb.tables.items()]   # power_on forgets them
+    tb.pmem.write_latency = 300
+    await tb.power_on()
+    await tb.recover()
+    assert tb.model.recovered_records == n, tb.where(f"model recovered "
+                                                     f"{tb.model.recovered_records}")
+    await tb.check("after recovery with slow writes")
     assert tb.table_bytes_at(specs, 0) == before, tb.where("rows not rolled back")
 
 
@@ -353,6 +514,69 @@ async def device_relog_of_row_in_flight(dut, dim, latency):
         raise RuntimeError(f"unexpected mismatch: {e}") from None
     assert rtl_slot3 == tb.model.mem.read(*slot3), tb.where(
         f"second record of row {rows[-1]} differs from the model" + tb.explain(slot3[0]))
+
+
+@cocotb.test()
+@cocotb.parametrize(way=[2, 3])
+async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
+    """The relog case above with row R in way ``way`` of its row tracker set (``row_set``),
+    at PMEM read latency 20 and write latency 300: a LOOKUP+LOG logs ``log_set_ways`` rows of
+    logged-set set 0 (``way`` of them in R's tracker set, the rest elsewhere) and 400 rows of
+    other sets (one per set); the UPDATE reads the 400 rows (their writes back up behind the
+    engine's ``max_writes``), then the ``way`` rows, which still hold ways 0 .. ``way - 1``
+    when R enters after its synchronous logging, then R twice. R has bit 7 clear and its
+    tracker set bit 3 set. The second record of R must hold R after its first update: tables,
+    log and completions equal the model. Written for the mutants of the undo logger's tracker
+    query (``q2_hit``) in ``hw/update/rows.py``: 12 (way 3's row compare with bit 21 of the
+    query inverted when bit 7 is clear) and 35 (way 2's query address with bit 1 inverted
+    when bit 3 is set), which let the logger read R while its first write is pending.
+    (The write latency is set on the Python PMEM model, the bench's default.)"""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=20, name=f"relog_way{way}")
+    tb.pmem.write_latency = 300
+    cfg = tb.cfg
+    sets, lways = cfg.log_set_sets, cfg.log_set_ways
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    n_rows, dim, n_x = 1 << 20, 16, 400
+
+    def tset(r):
+        return row_set(r, set_bits)
+    cands = [a * sets + a for a in range(1, sets)]      # logged-set set 0 of table 0
+    rs = [r for r in cands if not r >> 7 & 1 and tset(r) >> 3 & 1
+          and sum(tset(c) == tset(r) for c in cands) > way]
+    R = int(tb.rng.choice(rs))
+    held = [r for r in cands if tset(r) == tset(R) and r != R][:way]
+    fill = held + [r for r in cands if tset(r) != tset(R)][:lways - way]
+    # one row in each of n_x other logged sets (h = (row ^ row >> 10) & (sets - 1)), away
+    # from R's tracker set
+    lo_bits = sets.bit_length() - 1
+    xs = []
+    for h in tb.rng.permutation(np.arange(1, sets))[:n_x]:
+        hi = int(tb.rng.integers(0, n_rows >> lo_bits))
+        r = hi << lo_bits | (int(h) ^ (hi & (sets - 1)))
+        xs.append(r if tset(r) != tset(R) else r ^ (1 << lo_bits + 1) ^ 2)
+    hs = {(r ^ r >> lo_bits) & (sets - 1) for r in xs}
+    assert len(hs) == n_x and 0 not in hs and tset(R) not in {tset(r) for r in xs}, xs
+    await tb.power_on()
+    await tb.recover()
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(0, base, n_rows, dim)
+    for r in fill + xs + [R]:
+        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.set_lr(lr_q(tb, 0.5))
+    await tb.configure_ring(RING)
+    nb = 4
+    looked = fill + xs
+    lo = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))
+    rows = xs + held * 2 + [R, R]
+    o = tb.stage_u32(np.linspace(0, len(rows), nb + 1).astype(np.uint32))
+    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
+    await tb.run([lookup(0, nb, lo, tb.stage_u32(looked), tb.out_area(nb * dim * 4), batch=1,
+                         tag=1),
+                  update(0, nb, o, tb.stage_u32(rows), g, batch=1, tag=2)],
+                 f"relog of row {R} in way {way}")
+    assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
+    await tb.check(f"after the UPDATE (row {R} relogged in way {way})")
 
 
 # ---------------------------------------------------------------------------- 2. bad input
@@ -512,6 +736,26 @@ async def device_ring_errors(dut):
         await tb.run([lookup(2, 2, oa, ia, tb.out_area(2 * dim * 4), batch=1, tag=200 + k)
                       for _ in range(3)], "after the errors")
     await tb.check("after wrapping the ring")
+
+
+@cocotb.test()
+async def device_ring_config_error_value_is_the_size_written(dut):
+    """RING_CONFIG for a CMD_SIZE with bit 26 set (2^26, 2^26 + 4: beyond 65536), the doorbell
+    rung 0 to 3 cycles after the write: ERR_VALUE is the size written every time, as the
+    model says. Written for mutant 59 (``hw/cmdproc/ring.py:105``: bit 0 of the ring's size
+    register inverted on its output when bit 26 is set; the register reloads its own output
+    while idle, so the size seen alternates every cycle)."""
+    tb = DeviceTB(dut, latency=8, name="ring_size_bit26")
+    await tb.power_on()
+    await tb.recover()
+    good = tb.salloc.alloc(64 * 64)
+    for size in (1 << 26, (1 << 26) + 4):
+        for wait in range(4):
+            await tb.configure_ring(size, cmd_base=good, cpl_base=good + 64 * 32)
+            if wait:
+                await ClockCycles(dut.clk, wait)
+            await tb.doorbell_err(1, E.RING_CONFIG, size, f"size {size:#x}, {wait} cycles")
+            await tb.check(f"RING_CONFIG: size {size:#x}, doorbell {wait} cycles later")
 
 
 def _error_cases(tb, committed):
@@ -900,7 +1144,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 19     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 28     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

@@ -15,14 +15,15 @@ run again without faults and must equal the model.
 Tests: a LOOKUP+LOG whose row read fails (the undo record of the untrusted data must not be
 valid, the row must not count as logged: a later UPDATE logs it itself, and an abort restores
 the row's true contents); UPDATE with a fault on each of its reads and writes and on the
-logger's synchronous path (row read, record write); COMMIT with the superblock write failing;
-LOOKUP without LOG on each of its reads; seeded random faults over whole batches (every fault
-reported); recovery meeting a read or write error (reported, stops unready, a retry restores
-the rows); a completion record write that fails (reported in the error registers); a SNAPSHOT
-copy meeting a read or write error (reported, the MLP slot unchanged, a retry works); a host
-read (CXL.mem MemRd) of a line whose media read fails returns poisoned data; a line the host
-wrote with poison stays poisoned across a power failure and recovery (host read poison, LOOKUP
-MEDIA) until a full-line clean write.
+logger's synchronous path (row read, record write; the error reports the row's bag); COMMIT
+with the superblock write failing; LOOKUP without LOG on each of its reads; seeded random
+faults over whole batches (every fault reported); recovery meeting a read or write error
+(reported, stops unready, a retry restores the rows; a record whose data line read fails is not
+applied even when its CRC matches); a completion record write that fails (reported in the error
+registers); a SNAPSHOT copy meeting a read or write error (reported, the MLP slot unchanged, a
+retry works); a host read (CXL.mem MemRd) of a line whose media read fails returns poisoned
+data; a line the host wrote with poison stays poisoned across a power failure and recovery
+(host read poison, LOOKUP MEDIA) until a full-line clean write.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
 """
@@ -174,6 +175,35 @@ async def media_update_reports_and_rolls_back(dut, where):
     got = await tb.run([look, upd, commit(1, tag=4)], "batch 1 again, no fault")
     assert [int(c["status"]) for c in got] == [0] * 3
     check_tables(tb, model_tables(tb), "after batch 1")
+
+
+@cocotb.test()
+async def media_update_logging_fault_reports_the_rows_bag(dut):
+    """An UPDATE of three bags whose synchronous logging of row R (no LOOKUP logged it), the
+    last item of bag 2, meets a failed read: MEDIA with ``err_bag`` 2, the bag of the row
+    (docs/training.md, media errors; bag 2 set by the test), ``err_value`` 0; reset + RECOVER
+    restores the generated table. Written for mutant 67 (``hw/update/row_reader.py:84``: bit
+    28 of the bag number inverted, in the item FIFO, for the last item of a bag: it reaches
+    only the bag a logging error reports)."""
+    tb = await fresh(dut, "update/ensure_read_bag", [(0, 64, 16, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    R = 9
+    offs, idx = [0, 2, 4, 7], [1, 5, 3, 6, 12, 20, R]
+    oa, ia = staged_bags(tb, offs, idx)
+    lo, hi = row_lines(tb, 0, R)
+    tb.pmem.add_fault(op="read", lo=lo, hi=hi, count=1, name="row R, logger's read")
+    (c,), faults = await submit(tb, [update(0, 3, oa, ia, grads(tb, 3, 16), batch=1, tag=1)],
+                                "UPDATE")
+    assert faults, tb.where("no fault injected")
+    expect_status(tb, c, E.MEDIA, "UPDATE whose logging read of row R fails")
+    assert (int(c["err_bag"]), int(c["err_value"])) == (2, 0), tb.where(
+        f"err_bag {c['err_bag']} err_value {c['err_value']}, expected 2 and 0")
+    tb.pmem.clear_faults()
+    await tb.power_on()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, "after reset + recovery (batch 1 aborted)")
 
 
 # ---------------------------------------------------------------------------- 3. COMMIT
@@ -349,6 +379,56 @@ async def media_recovery_reports_and_retries(dut, where):
     check_tables(tb, gen, f"after the retried recovery ({where})")
 
 
+@cocotb.test()
+async def media_recovery_record_read_with_error_is_not_applied(dut):
+    """Recovery of an aborted batch (rows 2, 9, 4, 11 logged in slots 0-3, dim 64: four data
+    lines per record) where the read of data line 1 of slot 1 answers SLVERR with the true
+    contents (so its CRC still matches): that record is not trusted and not applied, every
+    other record is (docs/training.md section 6, media errors); recovery reports ``MEDIA``
+    and stays unready. After it, slot 1's row still holds its updated value and the other
+    three rows their generated ones; RECOVER again (fault gone) restores all. Written for
+    mutant 56 (``hw/persist/apply.py:184``: ``dk != 0`` inverted in the copy of the record's
+    error accumulation that the CRC check takes, so an error on a line before the last is
+    forgotten)."""
+    line = 1
+    from cosim.device_driver import DriverError
+    tb = await fresh(dut, "recovery/data_mem", [(0, 64, 64, 0.0)])
+    dirs = dict(tb.tables)
+    gen = {0: tb.table_bytes(0)}
+    oa, ia = staged_bags(tb, [0, 3, 6], [2, 9, 4, 9, 11, 2])
+    descs = [lookup(0, 2, oa, ia, tb.out_area(2 * 256), batch=1, tag=1),
+             update(0, 2, oa, ia, grads(tb, 2, 64), batch=1, tag=2)]
+    got, _ = await submit(tb, descs, "batch 1")
+    assert [int(c["status"]) for c in got] == [0, 0]
+    model_run(tb, descs)
+    updated = tb.table_bytes(0)
+    recs = [r for r in log_records(tb) if r["valid"]]
+    assert [r["row"] for r in recs] == [2, 9, 4, 11], tb.where(f"records {recs}")
+    a1 = slot_addr(tb.cfg, 1)
+    tb.pmem.add_fault(op="read", lo=a1 + (1 + line) * LINE, hi=a1 + (2 + line) * LINE,
+                      data="mem", name=f"slot 1 data line {line}")
+    await tb.power_on()
+    try:
+        await tb.drv.recover()
+    except DriverError as e:
+        dut._log.info(f"recovery with a data line fault: {e}")
+    else:
+        raise AssertionError(tb.where("recovery with a data line fault completed"))
+    assert tb.pmem.faults, tb.where("no fault injected")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA
+    rb = 64 * 4
+    now = tb.mem.read(tb.bases[0], len(gen[0]))
+    for r in (2, 9, 4, 11):
+        want = (updated if r == 9 else gen[0])[r * rb:(r + 1) * rb]
+        assert now[r * rb:(r + 1) * rb] == want, tb.where(
+            f"row {r} after the failed recovery: {'rolled back' if r == 9 else 'not rolled back'}")
+    tb.pmem.clear_faults()
+    await tb.err_clear()
+    await tb.recover()
+    await restore_config(tb, dirs)
+    check_tables(tb, gen, "after the retried recovery")
+
+
 # ---------------------------------------------------------------------------- 7. completion
 @cocotb.test()
 async def media_completion_write_fails(dut):
@@ -522,7 +602,7 @@ async def media_poison_survives_power_failure(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 4 + 3 + 3 + 1 + 3 + 1 + 1
+MIN_TESTS = 6 + 8 + 1 + 1 + 4 + 3 + 3 + 1 + 1 + 3 + 1 + 1
 
 
 @pytest.fixture(scope="module")

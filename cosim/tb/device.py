@@ -52,19 +52,22 @@ _CYCLES_W = next(w for n, _, w in CPL_FIELDS if n == "cycles")
 class DeviceTB:
     """Device top + PMEM + driver + golden model, kept in step (see the module docstring).
 
-    ``latency``: PMEM read/write latency (cycles); ``stall``: probability of a pause per cycle
+    ``latency``: PMEM read/write latency (cycles); ``write_latency``: the write latency when it
+    differs (None: ``latency``); ``stall``: probability of a pause per cycle
     on every media AXI channel; ``via_host``: descriptors/completions through the CXL.mem host
     (else backdoor); ``read_bandwidth``/``write_bandwidth``: the PMEM's media bandwidth in bytes
     per cycle (None: unlimited; cosim/media.py)."""
 
-    def __init__(self, dut, *, latency=16, stall=0.0, via_host=True, name="",
-                 read_bandwidth=None, write_bandwidth=None):
+    def __init__(self, dut, *, latency=16, write_latency=None, stall=0.0, via_host=True,
+                 name="", read_bandwidth=None, write_bandwidth=None):
         self.dut = dut
         self.bench = bench_config()
         self.cfg = cfg = self.bench.device
         self.seed = random.getrandbits(32)
-        dut._log.info(f"{name}: seed={self.seed} latency={latency} stall={stall} "
-                      f"pmem={self.bench.pmem} host={self.bench.host} csr={self.bench.csr}")
+        write_latency = latency if write_latency is None else write_latency
+        dut._log.info(f"{name}: seed={self.seed} latency={latency}/{write_latency} "
+                      f"stall={stall} pmem={self.bench.pmem} host={self.bench.host} "
+                      f"csr={self.bench.csr}")
         self.name = name
         self.rng = np.random.default_rng(self.seed)
         self.map = CsrMap()
@@ -72,7 +75,7 @@ class DeviceTB:
         start_clock(dut, CLOCK_NS)
         stalls = {ch: stall for ch in ("ar", "r", "aw", "w", "b")} if stall else None
         self.pmem = pmem_model(self.bench.pmem, dut, clock=dut.clk, reset=dut.rst,
-                               read_latency=latency, write_latency=latency, seed=self.seed,
+                               read_latency=latency, write_latency=write_latency, seed=self.seed,
                                stall=stalls, mem=MemoryImage(1 << ab), log_writes=False,
                                read_bandwidth=read_bandwidth, write_bandwidth=write_bandwidth)
         self.drv = DeviceDriver(dut, self.pmem, cfg, via_host=via_host, host_seed=self.seed,

@@ -529,11 +529,9 @@ async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
     log and completions equal the model. Written for the mutants of the undo logger's tracker
     query (``q2_hit``) in ``hw/update/rows.py``: 12 (way 3's row compare with bit 21 of the
     query inverted when bit 7 is clear) and 35 (way 2's query address with bit 1 inverted
-    when bit 3 is set), which let the logger read R while its first write is pending.
-    (The write latency is set on the Python PMEM model, the bench's default.)"""
+    when bit 3 is set), which let the logger read R while its first write is pending."""
     from hw.update.rows import row_set
-    tb = DeviceTB(dut, latency=20, name=f"relog_way{way}")
-    tb.pmem.write_latency = 300
+    tb = DeviceTB(dut, latency=20, write_latency=300, name=f"relog_way{way}")
     cfg = tb.cfg
     sets, lways = cfg.log_set_sets, cfg.log_set_ways
     set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1

@@ -173,6 +173,19 @@ async def device_saturation_and_repeats(dut):
     await tb.check("after commit")
 
 
+async def _sparse_table(tb, n_rows, dim, rows, *, lr):
+    """Power on and recover, then table 0 of ``n_rows`` rows of ``dim`` at a fresh base with
+    only ``rows`` written (seeded random values), the LR ``lr`` and the ring configured."""
+    await tb.power_on()
+    await tb.recover()
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(0, base, n_rows, dim)
+    for r in rows:
+        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.set_lr(lr_q(tb, lr))
+    await tb.configure_ring(RING)
+
+
 @cocotb.test()
 @cocotb.parametrize(dim=[16, 128])
 async def device_update_rows_of_one_tracker_set(dut, dim):
@@ -195,14 +208,7 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
     his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, n, replace=False)]
     rows = [(h << set_bits) | (s ^ row_set(h << set_bits, set_bits)) for h in his]
     assert len({row_set(r, set_bits) for r in rows}) == 1 and max(rows) < n_rows, rows
-    await tb.power_on()
-    await tb.recover()
-    base = tb.talloc.alloc(n_rows * dim * 4)
-    await tb.set_table(0, base, n_rows, dim)
-    for r in rows:
-        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
-    await tb.set_lr(lr_q(tb, 0.1))
-    await tb.configure_ring(RING)
+    await _sparse_table(tb, n_rows, dim, rows, lr=0.1)
     order = (rows[:ways] + [r for r in rows[ways:ways + nv] for _ in range(2)]
              + rows[ways + nv:] + [rows[i] for i in tb.rng.permutation(n)])
     idx = np.array(order, np.uint32)
@@ -254,14 +260,7 @@ async def device_update_tracker_entries_long_joins_and_reuse(dut):
     w_rows, v_rows = mine[:ways], mine[ways:]
     assert {row_set(r, set_bits) for r in mine} == {s} and s not in {row_set(r, set_bits)
                                                                       for r in gap}
-    await tb.power_on()
-    await tb.recover()
-    base = tb.talloc.alloc(n_rows * dim * 4)
-    await tb.set_table(0, base, n_rows, dim)
-    for r in mine + gap:
-        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
-    await tb.set_lr(lr_q(tb, 0.01))
-    await tb.configure_ring(RING)
+    await _sparse_table(tb, n_rows, dim, mine + gap, lr=0.01)
     # victim 10's row also every 25th row of the gap: it is met again while its 300 lines
     # are still being written
     gap_v10 = [r for k, g_row in enumerate(gap) for r in ([v_rows[10]] * (k % 25 == 0) + [g_row])]
@@ -299,14 +298,7 @@ async def device_update_tracker_crowded_sets_random_repeats(dut, other):
     hs = tb.rng.choice(n_rows >> set_bits, 2 * per_set, replace=False)
     rows = [(int(h) << set_bits) | (t ^ row_set(int(h) << set_bits, set_bits))
             for t, hh in zip((s, s ^ other), hs.reshape(2, per_set)) for h in hh]
-    await tb.power_on()
-    await tb.recover()
-    base = tb.talloc.alloc(n_rows * dim * 4)
-    await tb.set_table(0, base, n_rows, dim)
-    for r in rows:
-        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
-    await tb.set_lr(lr_q(tb, 0.01))
-    await tb.configure_ring(RING)
+    await _sparse_table(tb, n_rows, dim, rows, lr=0.01)
     order = []
     for _ in range(n_items):
         again = order and tb.rng.random() < 0.5
@@ -555,14 +547,7 @@ async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
         xs.append(r if tset(r) != tset(R) else r ^ (1 << lo_bits + 1) ^ 2)
     hs = {(r ^ r >> lo_bits) & (sets - 1) for r in xs}
     assert len(hs) == n_x and 0 not in hs and tset(R) not in {tset(r) for r in xs}, xs
-    await tb.power_on()
-    await tb.recover()
-    base = tb.talloc.alloc(n_rows * dim * 4)
-    await tb.set_table(0, base, n_rows, dim)
-    for r in fill + xs + [R]:
-        tb.poke(base + r * dim * 4, tb.rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
-    await tb.set_lr(lr_q(tb, 0.5))
-    await tb.configure_ring(RING)
+    await _sparse_table(tb, n_rows, dim, fill + xs + [R], lr=0.5)
     nb = 4
     looked = fill + xs
     lo = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))

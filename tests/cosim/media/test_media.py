@@ -335,16 +335,12 @@ async def media_random_faults_every_one_reported(dut, trial):
 
 
 # ---------------------------------------------------------------------------- 6. recovery
-@cocotb.test()
-@cocotb.parametrize(where=["data", "header", "row_write"])
-async def media_recovery_reports_and_retries(dut, where):
-    """Recovery of an aborted batch (LOOKUP+LOG and UPDATE applied, no COMMIT) meets one media
-    error (``where``: a record data line read, a record header read, a rollback row write):
-    it reports ``MEDIA`` (ERR_CODE, value 0) and stops unready instead of completing with a
-    row not rolled back; RECOVER again (fault gone) completes and every table equals the
-    generated contents."""
-    from cosim.device_driver import DriverError
-    tb = await fresh(dut, f"recovery/{where}", [(0, 64, 64, 0.0)])
+async def _aborted_batch(dut, name):
+    """A fresh device with table 0 (64 rows of dim 64) and batch 1 applied, not committed:
+    LOOKUP+LOG and UPDATE of rows 2, 9, 4, 11, logged in slots 0-3 (four data lines each).
+    Returns the bench, the table directory, the generated and the updated table 0, and the
+    valid undo records."""
+    tb = await fresh(dut, name, [(0, 64, 64, 0.0)])
     dirs = dict(tb.tables)
     gen = {0: tb.table_bytes(0)}
     oa, ia = staged_bags(tb, [0, 3, 6], [2, 9, 4, 9, 11, 2])
@@ -353,23 +349,41 @@ async def media_recovery_reports_and_retries(dut, where):
     got, _ = await submit(tb, descs, "batch 1")
     assert [int(c["status"]) for c in got] == [0, 0]
     model_run(tb, descs)
-    assert tb.table_bytes(0) != gen[0]
+    updated = tb.table_bytes(0)
+    assert updated != gen[0], tb.where("batch 1 changed nothing")
     recs = [r for r in log_records(tb) if r["valid"]]
-    assert len(recs) == 4, tb.where(f"{len(recs)} records")   # rows 2, 9, 4, 11
-    cfg = tb.cfg
-    a1 = slot_addr(cfg, 1)
-    rule = {"data": dict(op="read", lo=a1 + 2 * LINE, hi=a1 + 3 * LINE),
-            "header": dict(op="read", lo=a1, hi=a1 + LINE),
-            "row_write": dict(op="write", lo=recs[1]["addr"], hi=recs[1]["addr"] + 256)}[where]
-    tb.pmem.add_fault(name=where, **rule)
+    assert [r["row"] for r in recs] == [2, 9, 4, 11], tb.where(f"records {recs}")
+    return tb, dirs, gen, updated, recs
+
+
+async def _recovery_fails(tb, what):
+    """Power cycle, then RECOVER, which must stop with an error (the fault ``what`` hit)."""
+    from cosim.device_driver import DriverError
     await tb.power_on()
     try:
         await tb.drv.recover()
     except DriverError as e:
-        dut._log.info(f"recovery with a {where} fault: {e}")
+        tb.dut._log.info(f"recovery with {what}: {e}")
     else:
-        raise AssertionError(tb.where(f"recovery with a {where} fault completed"))
+        raise AssertionError(tb.where(f"recovery with {what} completed"))
     assert tb.pmem.faults, tb.where("no fault injected")
+
+
+@cocotb.test()
+@cocotb.parametrize(where=["data", "header", "row_write"])
+async def media_recovery_reports_and_retries(dut, where):
+    """Recovery of an aborted batch (LOOKUP+LOG and UPDATE applied, no COMMIT) meets one media
+    error (``where``: a record data line read, a record header read, a rollback row write):
+    it reports ``MEDIA`` (ERR_CODE, value 0) and stops unready instead of completing with a
+    row not rolled back; RECOVER again (fault gone) completes and every table equals the
+    generated contents."""
+    tb, dirs, gen, _, recs = await _aborted_batch(dut, f"recovery/{where}")
+    a1 = slot_addr(tb.cfg, 1)
+    rule = {"data": dict(op="read", lo=a1 + 2 * LINE, hi=a1 + 3 * LINE),
+            "header": dict(op="read", lo=a1, hi=a1 + LINE),
+            "row_write": dict(op="write", lo=recs[1]["addr"], hi=recs[1]["addr"] + 256)}[where]
+    tb.pmem.add_fault(name=where, **rule)
+    await _recovery_fails(tb, f"a {where} fault")
     assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 0
     assert not await tb.drv.read("STATUS") & 4, tb.where("READY after a failed recovery")
     tb.pmem.clear_faults()
@@ -391,30 +405,11 @@ async def media_recovery_record_read_with_error_is_not_applied(dut):
     error accumulation that the CRC check takes, so an error on a line before the last is
     forgotten)."""
     line = 1
-    from cosim.device_driver import DriverError
-    tb = await fresh(dut, "recovery/data_mem", [(0, 64, 64, 0.0)])
-    dirs = dict(tb.tables)
-    gen = {0: tb.table_bytes(0)}
-    oa, ia = staged_bags(tb, [0, 3, 6], [2, 9, 4, 9, 11, 2])
-    descs = [lookup(0, 2, oa, ia, tb.out_area(2 * 256), batch=1, tag=1),
-             update(0, 2, oa, ia, grads(tb, 2, 64), batch=1, tag=2)]
-    got, _ = await submit(tb, descs, "batch 1")
-    assert [int(c["status"]) for c in got] == [0, 0]
-    model_run(tb, descs)
-    updated = tb.table_bytes(0)
-    recs = [r for r in log_records(tb) if r["valid"]]
-    assert [r["row"] for r in recs] == [2, 9, 4, 11], tb.where(f"records {recs}")
+    tb, dirs, gen, updated, _ = await _aborted_batch(dut, "recovery/data_mem")
     a1 = slot_addr(tb.cfg, 1)
     tb.pmem.add_fault(op="read", lo=a1 + (1 + line) * LINE, hi=a1 + (2 + line) * LINE,
                       data="mem", name=f"slot 1 data line {line}")
-    await tb.power_on()
-    try:
-        await tb.drv.recover()
-    except DriverError as e:
-        dut._log.info(f"recovery with a data line fault: {e}")
-    else:
-        raise AssertionError(tb.where("recovery with a data line fault completed"))
-    assert tb.pmem.faults, tb.where("no fault injected")
+    await _recovery_fails(tb, "a data line fault")
     assert await tb.drv.read("ERR_CODE") == E.MEDIA
     rb = 64 * 4
     now = tb.mem.read(tb.bases[0], len(gen[0]))

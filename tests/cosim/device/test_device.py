@@ -312,35 +312,37 @@ async def device_update_tracker_crowded_sets_random_repeats(dut, other):
     await tb.check("after the UPDATE")
 
 
-async def _recovery_beyond_the_scan_window(tb, *, reset):
-    """The scan-window case: ``log_window`` + 64 records of an open batch, then a RECOVER
-    after a power cycle (``reset``) or without one (after a first scan of an empty log)."""
-    cfg = tb.cfg
-    n = cfg.log_window + 64
+async def _logged_batch_rolled_back(tb, *, n, dim, nb, what, reset=True,
+                                    write_latency=None):
+    """An open batch of ``n`` undo records (``n`` distinct rows of table 0 with ``2 n`` rows
+    of ``dim``, in ``nb`` bags: LOOKUP+LOG, then an UPDATE of the same rows), aborted by a
+    RECOVER after a power cycle (``reset``) or by RECOVER alone after a first scan of an empty
+    log; ``write_latency``: the PMEM's write latency for the recovery (set on the Python PMEM
+    model). Recovery rolls every row back: tables, log and RECOVERED_RECORDS equal the model."""
     await tb.power_on()
     await tb.recover()
     if not reset:
         await tb.recover()          # the superblock is valid now: this one scans (slot 0)
-    await setup_tables(tb, [(0, 2 * n, 16, 0.0)])
+    await setup_tables(tb, [(0, 2 * n, dim, 0.0)])
     await tb.set_lr(lr_q(tb, 0.25))
     await tb.configure_ring(RING)
-    nb = 33
     idx = tb.rng.permutation(2 * n)[:n].astype(np.uint32)
-    o = (np.arange(nb + 1) * (n // nb)).astype(np.uint32)
-    assert o[-1] == n, o
+    o = np.linspace(0, n, nb + 1).astype(np.uint32)
     oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
-    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, 16)))
+    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
     before = tb.table_bytes(0)
-    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * 64), batch=1, tag=1),
+    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
                   update(0, nb, oa, ia, g, batch=1, tag=2)], f"{n} rows logged and updated")
     assert tb.table_bytes(0) != before, tb.where("the UPDATE changed nothing")
     specs = [(t, r, d) for t, (_, r, d) in tb.tables.items()]   # power_on forgets them
+    if write_latency is not None:
+        tb.pmem.write_latency = write_latency
     if reset:
         await tb.power_on()
     await tb.recover()
     assert tb.model.recovered_records == n, tb.where(f"model recovered "
                                                      f"{tb.model.recovered_records}")
-    await tb.check("after recovery of a log longer than the scan window")
+    await tb.check(f"after recovery ({what})")
     assert tb.table_bytes_at(specs, 0) == before, tb.where("rows not rolled back")
 
 
@@ -350,8 +352,9 @@ async def device_recovery_beyond_the_scan_window(dut):
     (``log_window`` + 64, one per distinct row: LOOKUP+LOG, then an UPDATE of the same rows),
     cut by a power cycle: recovery finds the log's end past the window and rolls every row
     back; tables, log and RECOVERED_RECORDS equal the model."""
-    await _recovery_beyond_the_scan_window(DeviceTB(dut, latency=8, name="scan_window"),
-                                           reset=True)
+    tb = DeviceTB(dut, latency=8, name="scan_window")
+    n = tb.cfg.log_window + 64
+    await _logged_batch_rolled_back(tb, n=n, dim=16, nb=33, what="a log longer than the window")
 
 
 @cocotb.test()
@@ -363,8 +366,10 @@ async def device_recovery_without_reset_beyond_the_scan_window(dut):
     (``hw/persist/engine.py:294``: the superblock version compared with bit 21 inverted, in
     the copy of that compare that starts the scan: a valid superblock then does not restart
     the scanner)."""
-    await _recovery_beyond_the_scan_window(DeviceTB(dut, latency=8, name="scan_window_no_reset"),
-                                           reset=False)
+    tb = DeviceTB(dut, latency=8, name="scan_window_no_reset")
+    n = tb.cfg.log_window + 64
+    await _logged_batch_rolled_back(tb, n=n, dim=16, nb=33, reset=False,
+                                    what="a log longer than the window, no reset")
 
 
 @cocotb.test()
@@ -380,29 +385,8 @@ async def device_recovery_with_slow_writes(dut, dim):
     1 of the count inverted when bit 4 is set). (The write latency is set on the Python PMEM
     model, the bench's default.)"""
     tb = DeviceTB(dut, latency=30, name=f"recovery_slow_writes/dim{dim}")
-    n = 96
-    await tb.power_on()
-    await tb.recover()
-    await setup_tables(tb, [(0, 2 * n, dim, 0.0)])
-    await tb.set_lr(lr_q(tb, 0.25))
-    await tb.configure_ring(RING)
-    nb = 8
-    idx = tb.rng.permutation(2 * n)[:n].astype(np.uint32)
-    o = np.linspace(0, n, nb + 1).astype(np.uint32)
-    oa, ia = tb.stage_u32(o), tb.stage_u32(idx)
-    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
-    before = tb.table_bytes(0)
-    await tb.run([lookup(0, nb, oa, ia, tb.out_area(nb * dim * 4), batch=1, tag=1),
-                  update(0, nb, oa, ia, g, batch=1, tag=2)], f"{n} rows logged and updated")
-    assert tb.table_bytes(0) != before, tb.where("the UPDATE changed nothing")
-    specs = [(t, r, d) for t, (_, r, d) in tb.tables.items()]   # power_on forgets them
-    tb.pmem.write_latency = 300
-    await tb.power_on()
-    await tb.recover()
-    assert tb.model.recovered_records == n, tb.where(f"model recovered "
-                                                     f"{tb.model.recovered_records}")
-    await tb.check("after recovery with slow writes")
-    assert tb.table_bytes_at(specs, 0) == before, tb.where("rows not rolled back")
+    await _logged_batch_rolled_back(tb, n=96, dim=dim, nb=8, write_latency=300,
+                                    what="slow writes")
 
 
 @cocotb.test()

@@ -34,6 +34,8 @@ errors, partial UPDATE rolled back by recovery) and the interrupt line.
 One Verilator build of ``DeviceConfig()`` (the same as the crash campaign's, so the build is
 shared through the content-hash cache), one simulator run.
 """
+import collections
+
 import cocotb
 import numpy as np
 import pytest
@@ -730,6 +732,53 @@ async def device_ring_config_error_value_is_the_size_written(dut):
             await tb.check(f"RING_CONFIG: size {size:#x}, doorbell {wait} cycles later")
 
 
+@cocotb.test()
+async def device_random_wide_fields_fail_the_range_checks(dut):
+    """60 LOOKUP (with and without LOG) and UPDATE descriptors whose fields are drawn over
+    their whole width: ``n_bags`` in [2^28, 2^32) (its offsets array, 4 (n_bags + 1) bytes,
+    is larger than the staging region, so each fails a range check), the staging addresses
+    anywhere in staging (aligned as required), 32-bit tags, LRs and, for a quarter of them,
+    64-bit batch numbers; a few name an unconfigured table or unaligned offsets. Every
+    completion (status, value, bag) equals the model's, nothing is written but the error
+    registers, and the device runs a good LOOKUP after them."""
+    tb = DeviceTB(dut, latency=8, name="wide_fields")
+    cfg, rng = tb.cfg, tb.rng
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, [(0, 64, 16, 0.0)])
+    await tb.set_lr(lr_q(tb, 0.1))
+    await tb.configure_ring(RING)
+    s0, n_lines = cfg.staging_base, cfg.staging_size >> 6
+
+    def anywhere(align):
+        return s0 + int(rng.integers(0, n_lines)) * 64 + int(rng.integers(0, 64 // align)) * align
+
+    descs = []
+    for k in range(60):
+        n_bags = int(rng.integers(1 << 28, 1 << 32))
+        batch = int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2)) if k % 4 == 3 else 1
+        tag = int(rng.integers(0, 1 << 32))
+        oaddr, iaddr = anywhere(4) + 2 * (k % 11 == 10), anywhere(4)
+        table = int(rng.integers(1, 8)) if k % 7 == 6 else 0
+        if k % 3 == 2:
+            lr = int(rng.integers(0, 1 << 32)) if k % 2 else None
+            descs.append(update(table, n_bags, oaddr, iaddr, anywhere(64), batch=batch,
+                                tag=tag, lr=lr, nolog=bool(k % 5 == 0)))
+        else:
+            descs.append(lookup(table, n_bags, oaddr, iaddr, anywhere(64), log=bool(k % 3),
+                                batch=batch, tag=tag))
+    seen = collections.Counter()
+    for k in range(0, len(descs), RING - 1):
+        got = await tb.run(descs[k:k + RING - 1], "wide fields")
+        seen.update(E(int(c["status"])).name for c in got)
+    dut._log.info(f"wide fields: {dict(seen)}")
+    assert "OK" not in seen and len(seen) >= 3, tb.where(f"statuses {dict(seen)}")
+    await tb.check("after the wide-field descriptors")
+    o, i = tb.stage_u32([0, 2, 3]), tb.stage_u32([1, 5, 7])
+    await tb.run([lookup(0, 2, o, i, tb.out_area(2 * 64), batch=1, tag=1)], "a good LOOKUP")
+    await tb.check("after a good LOOKUP")
+
+
 def _error_cases(tb, committed):
     """(name, descriptor) pairs for every descriptor-level error, interleaved with good
     descriptors; tables 0..2 valid, 3..7 bad directory entries (see the test)."""
@@ -1116,7 +1165,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 28     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 29     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

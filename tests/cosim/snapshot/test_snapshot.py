@@ -412,6 +412,59 @@ async def snap_descriptor_errors(dut):
     assert tb.mem.read(a_slot, 64) == ref_header(4, b""), tb.where("empty snapshot header")
 
 
+@cocotb.test()
+async def snap_random_wide_fields_fail_their_checks(dut):
+    """48 SNAPSHOT descriptors with fields drawn over their whole width, each failing one
+    check of docs/training.md section 9 (worked out here from the contract, in its order):
+    an epoch in [2, 2^64) with A = C = 0 (BAD_EPOCH, value e); epoch 1 and a source at or
+    above 2^addr_bits (ADDR_RANGE, the address); a length over the slot capacity (SNAP_LENGTH,
+    the length); a payload that starts before staging or runs past its end (ADDR_RANGE, the
+    address). Random 32-bit tags, and the fields a SNAPSHOT ignores random too. Every
+    completion equals the contract and the model, the memory image the model's; a good
+    SNAPSHOT follows."""
+    tb = await start(dut, "wide", latency=8, tables=False)
+    cfg, rng = tb.cfg, tb.rng
+    _, _, cap = slot_geometry(cfg)
+    s0, s1 = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    wide = 1 << cfg.addr_bits
+
+    def draw(lo, hi):
+        return int(rng.integers(lo, hi, dtype=np.uint64))
+
+    cases = []
+    for k in range(48):
+        e, addr, length = 1, draw(s0, s1), draw(0, cap + 1)
+        if k % 4 == 0:
+            e = draw(2, 1 << 64)
+            want = (E.BAD_EPOCH, e)
+        elif k % 4 == 1:
+            addr = draw(wide, 1 << 64)
+            want = (E.ADDR_RANGE, addr)
+        elif k % 4 == 2:
+            length = draw(cap + 1, 1 << 32)
+            want = (E.SNAP_LENGTH, length)
+        else:
+            length = draw(1, cap + 1)
+            addr = draw(s1 - length + 1, s1) if k % 8 == 3 else draw(s0 - length + 1, s0)
+            want = (E.ADDR_RANGE, addr)
+        d = DeviceTB.desc(kind=K.SNAPSHOT, tag=draw(0, 1 << 32), batch=e, data_addr=addr,
+                          length=length, flags=draw(0, 256), table=draw(0, 1 << 16),
+                          n_bags=draw(0, 1 << 32), lr=draw(0, 1 << 32),
+                          offsets_addr=draw(0, 1 << 64), indices_addr=draw(0, 1 << 64))
+        cases.append((d, want))
+    for k in range(0, len(cases), RING - 1):
+        part = cases[k:k + RING - 1]
+        got = await tb.run([d for d, _ in part], "wide fields")
+        for (_, (code, value)), c in zip(part, got):
+            assert (int(c["status"]), int(c["err_value"]), c["lines"]) == (int(code), value, 0), \
+                tb.where(f"{E(int(c['status'])).name} {int(c['err_value']):#x}, contract "
+                         f"{code.name} {value:#x}")
+    await check_all(tb, "after the wide-field descriptors")
+    src, payload = stage_params(tb, 100, 5)
+    await tb.run([snap(1, src, len(payload), 1)], "a good SNAPSHOT")
+    await check_all(tb, "after a good SNAPSHOT")
+
+
 # ---------------------------------------------------------------------------- 5. recovery
 @cocotb.test()
 async def snap_recovery_picks_newest_valid(dut):
@@ -554,7 +607,7 @@ async def snap_csrs(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 12     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
+MIN_TESTS = 13     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

@@ -340,6 +340,42 @@ async def unknown_and_wrong_birsp(dut):
 
 
 @cocotb.test(skip=not MAIN)
+async def birsp_tags_beyond_the_tracker_are_refused(dut):
+    """With a device write's BISnp outstanding on BITag ``t`` (the host answers after 400
+    cycles), nine BIRsps for ``t`` with one of bits 3..11 of the 12-bit BITag field set (tags
+    the 8-entry tracker does not have) are each BIRSP_TAG, a protocol error, and change
+    nothing: the host's real BIRsp then completes the snoop and the write (docs/coherence.md,
+    rule 7: a BIRsp whose tag is not outstanding)."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 400
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    await tb.reset()
+    line = tb.line("table", 77)
+    await tb.host.read(line, "own")
+    snoops = []
+
+    class _Tags:
+        def on_s2m(self, channel, msg, cycle, txn):
+            if channel == "s2m_bisnp":
+                snoops.append(msg["hdr"]["bi_tag"])
+    tb.core.observers.append(_Tags())
+    op = tb.dev.submit("wr", line, bytes([0x5A]) * 64, dev_id=1)
+    for _ in range(200):
+        if snoops:
+            break
+        await ClockCycles(dut.clk, 1)
+    assert snoops, f"no BISnp for the device write (seed {tb.seed})"
+    t = snoops[0]
+    assert t < tb.cfg.bi_tags <= 8, (t, tb.cfg.bi_tags)
+    for k in range(3, 12):
+        tb.core.raw_birsp(BR.BIRSP_I, bi_tag=t | 1 << k)
+        await ClockCycles(dut.clk, 4)
+    assert tb.counters()["proto_errors"] == 9, tb.counters()
+    await tb.dev.wait(op, timeout=5_000)
+    await tb.finish(expect_proto_errors=9)
+
+
+@cocotb.test(skip=not MAIN)
 async def duplicate_birsp_back_to_back(dut):
     """A host that answers a BISnp twice in consecutive cycles: the first BIRsp frees its
     BITag; the second is BIRSP_TAG and changes nothing, although the host lane's select stage
@@ -833,4 +869,4 @@ def test_dcoh_cosim(dcoh_build, seed, tmp_path):
                  params=DcohParams(bench=BenchConfig(cfg), set=name, messages=1500))
     # every test of the set ran (none skipped): main 24 with its parametrizations, small 5 +
     # the 3 poison tests
-    assert res.n_ran >= {"main": 25, "small": 8}[name], res
+    assert res.n_ran >= {"main": 26, "small": 8}[name], res

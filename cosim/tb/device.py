@@ -206,6 +206,15 @@ class DeviceTB:
         self.compare_cpls(want, got, what)
         return got
 
+    async def run_in_doorbells(self, descs, what="") -> list:
+        """:meth:`run` over as many doorbells as the configured ring needs (at most
+        ``CMD_SIZE`` - 1 descriptors each), in order; returns every RTL completion."""
+        per = self.model.cmd_size - 1
+        got = []
+        for k in range(0, len(descs), per):
+            got += await self.run(descs[k:k + per], what)
+        return got
+
     def compare_cpls(self, want, got, what=""):
         assert len(want) == len(got), self.where(f"{what}: {len(got)} completions, model "
                                                  f"{len(want)}")

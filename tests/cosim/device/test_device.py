@@ -13,13 +13,14 @@ recovery scan's window (after a power cycle, and by RECOVER alone), and with rol
 slower than the record reads; two aborted attempts of a batch with logged-set overflow
 (re-logging, recovery epoch); re-logging a row whose previous update is still in flight (a bug
 this test found: the record held the row from before that update), also in a later way of its
-tracker set; doorbell before recovery and CSR misuse; a sweep of every register of the map;
-ring errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and
-RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); every descriptor-level
-error followed by recovery of the partly applied UPDATEs; the command processor's width checks
-before the engine checks (completions also checked against the contract's expected
-status/value); the interrupt line; addresses, batch numbers, epochs, tags and table ids across
-their whole ranges (two batches with snapshots past 2^40, a rollback).
+tracker set; doorbell before recovery and CSR misuse; a sweep of every register of the map (the
+ring's included); ring errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring
+registers and RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); every
+descriptor-level error followed by recovery of the partly applied UPDATEs; the command
+processor's width checks before the engine checks (completions also checked against the
+contract's expected status/value); LOOKUP/UPDATE descriptors with fields drawn over their whole
+width, each failing a check; the interrupt line; addresses, batch numbers, epochs, tags and
+table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -767,10 +768,8 @@ async def device_random_wide_fields_fail_the_range_checks(dut):
         else:
             descs.append(lookup(table, n_bags, oaddr, iaddr, anywhere(64), log=bool(k % 3),
                                 batch=batch, tag=tag))
-    seen = collections.Counter()
-    for k in range(0, len(descs), RING - 1):
-        got = await tb.run(descs[k:k + RING - 1], "wide fields")
-        seen.update(E(int(c["status"])).name for c in got)
+    got = await tb.run_in_doorbells(descs, "wide fields")
+    seen = collections.Counter(E(int(c["status"])).name for c in got)
     dut._log.info(f"wide fields: {dict(seen)}")
     assert "OK" not in seen and len(seen) >= 3, tb.where(f"statuses {dict(seen)}")
     await tb.check("after the wide-field descriptors")

@@ -452,13 +452,11 @@ async def snap_random_wide_fields_fail_their_checks(dut):
                           n_bags=draw(0, 1 << 32), lr=draw(0, 1 << 32),
                           offsets_addr=draw(0, 1 << 64), indices_addr=draw(0, 1 << 64))
         cases.append((d, want))
-    for k in range(0, len(cases), RING - 1):
-        part = cases[k:k + RING - 1]
-        got = await tb.run([d for d, _ in part], "wide fields")
-        for (_, (code, value)), c in zip(part, got):
-            assert (int(c["status"]), int(c["err_value"]), c["lines"]) == (int(code), value, 0), \
-                tb.where(f"{E(int(c['status'])).name} {int(c['err_value']):#x}, contract "
-                         f"{code.name} {value:#x}")
+    got = await tb.run_in_doorbells([d for d, _ in cases], "wide fields")
+    for (_, (code, value)), c in zip(cases, got, strict=True):
+        assert (int(c["status"]), int(c["err_value"]), c["lines"]) == (int(code), value, 0), \
+            tb.where(f"{E(int(c['status'])).name} {int(c['err_value']):#x}, contract "
+                     f"{code.name} {value:#x}")
     await check_all(tb, "after the wide-field descriptors")
     src, payload = stage_params(tb, 100, 5)
     await tb.run([snap(1, src, len(payload), 1)], "a good SNAPSHOT")

@@ -15,7 +15,8 @@ slower than the record reads; two aborted attempts of a batch with logged-set ov
 this test found: the record held the row from before that update), also in a later way of its
 tracker set; doorbell before recovery and CSR misuse; a sweep of every register of the map (the
 ring's included); ring errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring
-registers and RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); every
+registers and RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); a ring
+of 8192 slots taking 4096 descriptors in one doorbell; every
 descriptor-level error followed by recovery of the partly applied UPDATEs; the command
 processor's width checks before the engine checks (completions also checked against the
 contract's expected status/value); LOOKUP/UPDATE descriptors with fields drawn over their whole
@@ -731,6 +732,30 @@ async def device_ring_config_error_value_is_the_size_written(dut):
                 await ClockCycles(dut.clk, wait)
             await tb.doorbell_err(1, E.RING_CONFIG, size, f"size {size:#x}, {wait} cycles")
             await tb.check(f"RING_CONFIG: size {size:#x}, doorbell {wait} cycles later")
+
+
+@cocotb.test()
+async def device_ring_of_8192_takes_4096_descriptors_in_one_doorbell(dut):
+    """A command ring of 8192 slots and one doorbell of 4096 descriptors: the ring's free count
+    (8191) has bit 12 set and the new descriptors are more than its low 12 bits, so only the
+    whole 32-bit compare accepts them. 4095 descriptors of unknown kinds (the cheapest to
+    execute: a completion each, UNKNOWN_KIND) with random tags, then a COMMIT of the open
+    batch; every completion, the memory and the CSRs equal the model's. Written for mutant 45
+    (``hw/cmdproc/ring.py``: ``n_new > free`` with bit 12 of ``free`` forced 0, which refuses
+    this doorbell with RING_OVERFLOW)."""
+    tb = DeviceTB(dut, latency=8, via_host=False, name="ring_8192")
+    rng = tb.rng
+    await tb.power_on()
+    await tb.recover()
+    await tb.configure_ring(8192)
+    n = 4096
+    descs = [tb.desc(kind=int(k), tag=int(t))
+             for k, t in zip(rng.integers(5, 256, n - 1), rng.integers(0, 1 << 32, n - 1))]
+    descs.append(commit(tb.model.committed + 1, tag=int(rng.integers(0, 1 << 32))))
+    got = await tb.run(descs, "4096 descriptors in one doorbell")
+    assert [c["status"] for c in got[:-1]] == [E.UNKNOWN_KIND] * (n - 1), tb.where("statuses")
+    assert got[-1]["status"] == E.OK, tb.where("the COMMIT")
+    await tb.check("after the 4096 descriptors")
 
 
 @cocotb.test()

@@ -13,7 +13,8 @@ Reqs waiting for victims than park slots. Both were unchecked until mutation tes
   BIRsp wakes it.
 - Victims (hw/dcoh/host_lane.py ``_victim``): the first way not under snoop, starting from a
   pointer that moves on with each victim, so successive victims of a set rotate over its ways.
-- The tracker's 8 BITags all in use at once (device snoops plus parked Reqs that need victims).
+- The tracker's 8 BITags all in use at once (device snoops plus parked Reqs that need victims),
+  and with two of them on lines one high bit apart.
 """
 import cocotb
 import pytest
@@ -223,6 +224,64 @@ async def all_bitags_in_use_and_every_request_completes(dut):
     await tb.finish()
 
 
+class _BISnpLog:
+    """Host observer: (BITag, line, {open BITag: line}) of every BISnp as it arrives."""
+
+    def __init__(self, core):
+        self.core, self.seen = core, []
+
+    def on_s2m(self, chan, msg, cycle, txn):
+        if chan == "s2m_bisnp":
+            h = msg["hdr"]
+            self.seen.append((h["bi_tag"], h["addr"],
+                              {t: sn.line for t, sn in self.core.open_bitags.items()}))
+
+
+@cocotb.test()
+async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
+    """All 8 BITags in use at once as in ``all_bitags_in_use_and_every_request_completes`` (a
+    device write and a device RdOwn of host-owned lines, then six host RdOwns that need
+    victims while the host takes 200 cycles per BISnp), two of the RdOwns in snoop-filter set
+    31, whose first and third lines differ only in line bit 25 and have line bit 22 set. With
+    this schedule those two lines become the victims held by BITags 7 and 1 at once; the test
+    checks that it reached that case (from the BISnps the host saw), that every request
+    completes and that the memory equals the model's. Written for DCOH mutant 107
+    (``hw/dcoh/tracker.py``: the "two entries hold the same line" assertion for entries 1 and
+    7 with entry 7's line bit 25 XOR bit 22, which fires falsely on these two lines)."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 200
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    log = _BISnpLog(tb.core)
+    tb.core.observers.append(log)
+    await tb.reset()
+    s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
+    sets = (30, 31, 32, 31, 34, 35)
+    owned = {st: [tb.line("table", st + s * w) for w in range(ways)] for st in sorted(set(sets))}
+    low = tb.line("table", 31) | 1 << 22
+    owned[31][0], owned[31][2] = low, low | 1 << 25
+    for st, lines in owned.items():
+        for ln in lines:
+            await tb.host.read(ln, "own")
+    for st in (40, 41):
+        await tb.host.read(tb.line("table", st), "own")
+    n0 = tb.core.stats["recv_s2m_bisnp"]
+    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
+           tb.dev.submit("rd_own", tb.line("table", 41), dev_id=2)]
+    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
+    await ClockCycles(dut.clk, 100)
+    txns = [tb.core.issue("rd_own", tb.line("table", st + s * (ways + k)))
+            for k, st in enumerate(sets)]
+    for op in ops:
+        await tb.dev.wait(op, timeout=50_000)
+    for t in txns:
+        await tb.host.wait_txn(t, timeout=50_000)
+    reached = [(tag, line, open_) for tag, line, open_ in log.seen
+               if tag == 7 and line == low and open_.get(1) == low | 1 << 25]
+    assert reached, f"BITags 1 and 7 never held the two lines at once: {log.seen}"
+    assert tb.core.stats["max_open_bisnp"] == tb.cfg.bi_tags, tb.core.stats["max_open_bisnp"]
+    await tb.finish()
+
+
 @cocotb.test()
 async def ndr_payload_stays_while_the_host_holds_the_channel(dut):
     """The NDR channel merges the host lane's Cmp-E and the media write Cmps: with a Cmp-E
@@ -248,4 +307,4 @@ def test_dcoh_pressure_cosim(seed, tmp_path):
     cfg = DeviceConfig()
     b = dcoh_top_build(cfg)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
-    assert res.n_ran == 6 and res.n_failed == 0
+    assert res.n_ran == 7 and res.n_failed == 0

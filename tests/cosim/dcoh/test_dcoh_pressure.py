@@ -14,7 +14,8 @@ Reqs waiting for victims than park slots. Both were unchecked until mutation tes
 - Victims (hw/dcoh/host_lane.py ``_victim``): the first way not under snoop, starting from a
   pointer that moves on with each victim, so successive victims of a set rotate over its ways.
 - The tracker's 8 BITags all in use at once (device snoops plus parked Reqs that need victims),
-  and with two of them on lines one high bit apart.
+  with two of them on lines one high bit apart, and with BITag 7 snooping the way a
+  victim scan reaches.
 """
 import cocotb
 import pytest
@@ -283,6 +284,52 @@ async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
 
 
 @cocotb.test()
+async def victim_choice_skips_the_way_bitag_7_snoops(dut):
+    """The schedule of ``all_bitags_in_use_and_every_request_completes`` with the device's
+    second request a RdCur of the fourth line of snoop-filter set 31's neighbour, set 33 (its
+    BISnpData leaves the host a shared copy, so the line stays in way 3), and eight host
+    RdOwns needing victims, the last five in set 33: the victim pointer reaches way 3 of set 33
+    while BITag 7 snoops that very line, then sets 33's other three ways come under snoop too,
+    and the next RdOwn there must park instead of snooping way 3 again. The test checks from
+    the BISnps the host saw that it reached that case, that every request completes and that
+    the memory equals the model's. Written for DCOH mutant 89 (``hw/dcoh/tracker.py``: the
+    victim CAM's comparison of entry 7 with way 3's line, that line's bit 27 inverted: way 3
+    then looks free and is snooped a second time, which the tracker's assertion stops)."""
+    knobs = HostKnobs.calm()
+    knobs.snoop_delay_min = knobs.snoop_delay_max = 200
+    knobs.keep_on_bisnp_data = 1.0                       # the host keeps S: way 3 stays valid
+    tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
+    log = _BISnpLog(tb.core)
+    tb.core.observers.append(log)
+    await tb.reset()
+    s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
+    sets = (30, 31, 32, 33, 33, 33, 33, 33)
+    for st in sorted(set(sets)):
+        for w in range(ways):
+            await tb.host.read(tb.line("table", st + s * w), "own")
+    for st in (40, 41):
+        await tb.host.read(tb.line("table", st), "own")
+    shared = tb.line("table", 33 + s * (ways - 1))        # way 3 of set 33
+    n0 = tb.core.stats["recv_s2m_bisnp"]
+    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
+           tb.dev.submit("rd_cur", shared, dev_id=2)]
+    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
+    await ClockCycles(dut.clk, 100)
+    txns = [tb.core.issue("rd_own", tb.line("table", st + s * (ways + k)))
+            for k, st in enumerate(sets)]
+    for op in ops:
+        await tb.dev.wait(op, timeout=50_000)
+    for t in txns:
+        await tb.host.wait_txn(t, timeout=50_000)
+    in_33 = [{ln for ln in (line, *open_.values()) if (ln - tb.line("table")) % s == 33}
+             for _, line, open_ in log.seen if open_.get(7) == shared or line == shared]
+    assert any(len(x) == ways for x in in_33), \
+        f"set 33 never had all its ways under snoop while BITag 7 held way 3: {log.seen}"
+    assert any(tag == 7 and line == shared for tag, line, _ in log.seen), log.seen
+    await tb.finish()
+
+
+@cocotb.test()
 async def ndr_payload_stays_while_the_host_holds_the_channel(dut):
     """The NDR channel merges the host lane's Cmp-E and the media write Cmps: with a Cmp-E
     waiting behind a held s2m_ndr when a write's Cmp becomes ready too, the waiting message
@@ -307,4 +354,4 @@ def test_dcoh_pressure_cosim(seed, tmp_path):
     cfg = DeviceConfig()
     b = dcoh_top_build(cfg)
     res = cb.run(b, __name__, seed=seed, test_dir=tmp_path, params=BenchConfig(cfg))
-    assert res.n_ran == 7 and res.n_failed == 0
+    assert res.n_ran == 8 and res.n_failed == 0

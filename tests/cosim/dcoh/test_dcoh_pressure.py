@@ -286,10 +286,10 @@ async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
 @cocotb.test()
 async def victim_choice_skips_the_way_bitag_7_snoops(dut):
     """The schedule of ``all_bitags_in_use_and_every_request_completes`` with the device's
-    second request a RdCur of the fourth line of snoop-filter set 31's neighbour, set 33 (its
-    BISnpData leaves the host a shared copy, so the line stays in way 3), and eight host
-    RdOwns needing victims, the last five in set 33: the victim pointer reaches way 3 of set 33
-    while BITag 7 snoops that very line, then sets 33's other three ways come under snoop too,
+    second request a RdCur of the fourth line of snoop-filter set 33 (its BISnpData leaves the
+    host a shared copy, so the line stays in way 3), and eight host RdOwns needing victims, the
+    last five in set 33: the victim pointer reaches way 3 of set 33 while BITag 7 snoops that
+    very line, then set 33's other three ways come under snoop too,
     and the next RdOwn there must park instead of snooping way 3 again. The test checks from
     the BISnps the host saw that it reached that case, that every request completes and that
     the memory equals the model's. Written for DCOH mutant 89 (``hw/dcoh/tracker.py``: the

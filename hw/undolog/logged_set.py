@@ -1,5 +1,5 @@
 """LoggedSet: the set of (table, row) keys the undo logger has logged in the open batch."""
-from amaranth.hdl import Cat, Module, Mux, ResetSignal, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -11,21 +11,24 @@ KEY_BITS = 48          # (row, table)
 
 
 class LoggedSet(wiring.Component):
-    """Set-associative set of (table, row) keys: one lookup and one insert (or remove) per
-    cycle.
+    """Set-associative set of (table, row) keys with a pipelined lookup: a key is loaded in one
+    cycle and its answer (``hit``, ``hit_way``, ``free_way``) comes from registered memory read
+    data in the next; one load and one insert (or remove) per cycle.
 
-    Keys live in a memory of ``sets`` entries of ``ways`` keys with an asynchronous read port.
-    An insert or remove is written to the memories in the cycle after it is decided; that
-    cycle's lookup sees it through a bypass (the written set's valid bits, and the inserted key
-    compared with the looked-up one beside the memory read), so no path runs from the lookup
-    through the decision into the memories. Each set's valid bits live in a second memory with
-    the set's epoch: a way is valid only while its set's epoch equals the current epoch, so
-    ``clear`` (and reset) empties the whole set in one cycle by advancing the epoch (a write
-    still pending then is dropped). A scrubber rewrites one set per cycle without a write
-    (every cycle of ``clear`` or reset included) with the current epoch, so no set's epoch lags
-    by more than ``sets`` + 1 advances and never comes round again (``epoch_bits`` >
-    log2(``sets`` + 2)). The current epoch is not reset: memories keep their contents over a
-    reset, and each reset cycle advances it. The set of a key is
+    Keys live in a memory of ``sets`` entries of ``ways`` keys, each set's valid bits with the
+    set's epoch in a second memory; both are read through synchronous read ports at the loaded
+    key's set, and the read data is held (read enable low) while the key stays loaded. Every
+    write decided after the read was issued is applied to the held answer by
+    :class:`SetPatch` (a same-set bypass in registers), so the answer is exact in every cycle
+    after the load, with every insert, remove and clear up to the previous cycle included. An
+    insert or remove is written to the memories in the cycle after it is decided. A way is
+    valid only while its set's epoch equals the current epoch, so ``clear`` (and reset) empties
+    the whole set in one cycle by advancing the epoch (a write still pending then is dropped).
+    A scrubber rewrites one set per cycle without a write (every cycle of ``clear`` or reset
+    included; in other cycles only if no write reached that set since its read) with the
+    current epoch, so no set's epoch lags by more than ``sets`` + 1 advances and never comes
+    round again (``epoch_bits`` > log2(``sets`` + 2)). The current epoch is not reset: memories
+    keep their contents over a reset, and each reset cycle advances it. The set of a key is
     ``(row ^ (row >> log2(sets)) ^ table) mod sets`` (docs/training.md section 5).
 
     Parameters
@@ -39,20 +42,29 @@ class LoggedSet(wiring.Component):
 
     Members
     -------
-    row : In(32)
-        Row of the key looked up (and inserted).
-    table : In(16)
-        Table of the key.
+    row : In(32), table : In(16)
+        The key to load.
+    load : In(1)
+        The key enters the lookup stage (its set is read this cycle); it stays there until the
+        next load.
     hit : Out(1)
-        Combinational: the key is in the set. An insert is visible to the next cycle's lookup.
+        The loaded key is in the set, from the cycle after its load on (combinational from
+        registered read data and the bypass; insert, remove and clear are seen one cycle after
+        they are decided). After reset, until the first load: 0.
+    hit_way : Out(ways)
+        One-hot: the way holding the loaded key (0 on a miss).
+    set_index : Out(range(sets))
+        The loaded key's set.
+    free_way : Out(ways)
+        One-hot: the lowest-numbered invalid way of the loaded key's set (0 if it is full).
     insert : In(1)
-        Insert the key into the lowest-numbered free way of its set (the caller inserts only
-        keys that miss); with no free way, nothing is inserted and ``overflow`` counts it.
-    remove : In(1)
-        Remove the key (clear the valid bit of the way holding it, if any). Never in the same
-        cycle as ``insert`` (the undo logger uses it only after a row whose read failed).
+        Insert the loaded key into ``free_way`` (the caller inserts only keys that miss); with
+        no free way, nothing is inserted and ``overflow`` counts it.
+    remove : In(1), remove_set : In(range(sets)), remove_way : In(ways)
+        Clear the valid bits ``remove_way`` of set ``remove_set`` (the ``set_index`` and
+        ``free_way`` of an earlier insert). Never in the same cycle as ``insert``.
     clear : In(1)
-        Empty the set (wins over an insert in the same cycle).
+        Empty the set (wins over an insert or remove in the same cycle).
     overflow : Out(32)
         Inserts that found their set full, since reset (wrapping).
 
@@ -73,85 +85,206 @@ class LoggedSet(wiring.Component):
             raise ValueError(f"LoggedSet: epoch_bits must be >= {min_eb} for {sets} sets, "
                              f"got {epoch_bits!r}")
         self._sets, self._ways, self._eb = sets, ways, epoch_bits
+        mem_sets = max(2, sets)           # (depth >= 2: no zero-width address in Verilog)
         super().__init__({
-            "row": In(32), "table": In(16), "hit": Out(1),
-            "insert": In(1), "remove": In(1), "clear": In(1), "overflow": Out(32),
+            "row": In(32), "table": In(16), "load": In(1),
+            "hit": Out(1), "hit_way": Out(ways), "set_index": Out(range(mem_sets)),
+            "free_way": Out(ways),
+            "insert": In(1), "remove": In(1), "remove_set": In(range(mem_sets)),
+            "remove_way": In(ways), "clear": In(1), "overflow": Out(32),
         })
 
     def elaborate(self, platform):
         m = Module()
         n_sets, n_ways, eb = self._sets, self._ways, self._eb
         s_bits = exact_log2(n_sets)
-        mem_sets = max(2, n_sets)         # (depth >= 2: no zero-width address in Verilog)
+        mem_sets = max(2, n_sets)
         m.submodules.set_mem = set_mem = Memory(shape=n_ways * KEY_BITS, depth=mem_sets, init=[])
-        set_rd = set_mem.read_port(domain="comb")
+        set_rd = set_mem.read_port(domain="sync")
         set_wr = set_mem.write_port(granularity=KEY_BITS)
         # per set: (valid bits, epoch); valid only while the epoch is the current one
         m.submodules.valid_mem = valid_mem = Memory(shape=n_ways + eb, depth=mem_sets, init=[])
-        v_rd = valid_mem.read_port(domain="comb")
-        s_rd = valid_mem.read_port(domain="comb")     # the scrubber's
-        v_wr = valid_mem.write_port()
+        v_rd = valid_mem.read_port(domain="sync")
+        s_rd = valid_mem.read_port(domain="sync")     # the scrubber's
+        v_wr = valid_mem.write_port(granularity=1)
         epoch = Signal(eb, reset_less=True)
-        scrub = Signal(range(mem_sets), reset_less=True)   # every cycle of a reset scrubs too
-        key = Signal(KEY_BITS)
-        h = Signal(range(mem_sets))
-        m.d.comb += [key.eq(Cat(self.row, self.table)),
-                     h.eq((self.row ^ (self.row >> s_bits) ^ self.table) & (n_sets - 1)),
-                     set_rd.addr.eq(h), v_rd.addr.eq(h)]
+        advance = self.clear | ResetSignal()
+        with m.If(advance):
+            m.d.sync += epoch.eq(epoch + 1)
 
-        # the insert or remove decided last cycle, written to the memories this cycle and
-        # seen by this cycle's lookup through the bypass below
+        # ---- lookup stage: the loaded key; its set read with the load, held after it -------
+        in_key, in_set = Signal(KEY_BITS), Signal(range(mem_sets))
+        m.d.comb += [in_key.eq(Cat(self.row, self.table)),
+                     in_set.eq((self.row ^ (self.row >> s_bits) ^ self.table) & (n_sets - 1))]
+        key, q_set = Signal(KEY_BITS), Signal(range(mem_sets))
+        with m.If(self.load):
+            m.d.sync += [key.eq(in_key), q_set.eq(in_set)]
+        m.d.comb += [set_rd.addr.eq(in_set), set_rd.en.eq(self.load),
+                     v_rd.addr.eq(in_set), v_rd.en.eq(self.load), self.set_index.eq(q_set)]
+
+        # ---- the answer: held read data with the writes since the read patched in --------
+        m.submodules.patch = patch = SetPatch(n_ways, n_ways + eb)
+        word = Signal(n_ways + eb)
+        m.d.comb += word.eq(Mux(patch.word_valid, patch.word, v_rd.data))
+        vbits = Signal(n_ways)
+        m.d.comb += vbits.eq(Mux(word[n_ways:] == epoch, word[:n_ways] & ~patch.removed, 0))
+        m.d.comb += self.hit_way.eq(Cat(
+            vbits[w] & Mux(patch.key_written[w], patch.key_match[w],
+                           set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS] == key)
+            for w in range(n_ways)))
+        m.d.comb += self.hit.eq(self.hit_way.any())
+        for w in reversed(range(n_ways)):             # lowest-numbered invalid way
+            with m.If(~vbits[w]):
+                m.d.comb += self.free_way.eq(1 << w)
+
+        # ---- decided this cycle: an insert or remove, written next cycle -------------------
+        ins = Signal()
+        rem = Signal()
+        new_word = Signal(n_ways + eb)    # the loaded key's set after its insert
+        m.d.comb += [ins.eq(self.insert & ~advance & self.free_way.any()),
+                     rem.eq(self.remove & ~advance),
+                     new_word.eq(Cat(vbits | self.free_way, epoch))]
+        with m.If(self.insert & ~self.free_way.any()):
+            m.d.sync += self.overflow.eq(self.overflow + 1)
         pw_valid = Signal()
         pw_set = Signal(range(mem_sets))
-        pw_word = Signal(n_ways + eb)     # the set's new (valid bits, epoch)
+        pw_word = Signal(n_ways + eb)     # data and bit enables of the valid memory write
+        pw_en = Signal(n_ways + eb)
         pw_ways = Signal(n_ways)          # ways whose key is written (one-hot; 0: a removal)
         pw_key = Signal(KEY_BITS)
-        advance = self.clear | ResetSignal()
+        m.d.sync += [pw_valid.eq(ins | rem), pw_key.eq(key)]
+        with m.If(ins):
+            m.d.sync += [pw_set.eq(q_set), pw_word.eq(new_word), pw_en.eq(-1),
+                         pw_ways.eq(self.free_way)]
+        with m.Else():
+            m.d.sync += [pw_set.eq(self.remove_set), pw_word.eq(0),
+                         pw_en.eq(self.remove_way), pw_ways.eq(0)]
         pw_now = Signal()                 # written this cycle (an advance cancels it: the
         m.d.comb += pw_now.eq(pw_valid & ~advance)   # clear empties the set anyway)
         with m.If(pw_now):
             m.d.comb += [set_wr.addr.eq(pw_set), set_wr.data.eq(Cat([pw_key] * n_ways)),
                          set_wr.en.eq(pw_ways),
-                         v_wr.addr.eq(pw_set), v_wr.data.eq(pw_word), v_wr.en.eq(1)]
+                         v_wr.addr.eq(pw_set), v_wr.data.eq(pw_word), v_wr.en.eq(pw_en)]
 
-        same = Signal()                   # the lookup's set is the one written this cycle
-        m.d.comb += same.eq(pw_valid & (pw_set == h))
-        word = Signal(n_ways + eb)
-        m.d.comb += word.eq(Mux(same, pw_word, v_rd.data))
-        vbits = Signal(n_ways)
-        m.d.comb += vbits.eq(Mux(word[n_ways:] == epoch, word[:n_ways], 0))
-        key_is_pw = Signal()
-        m.d.comb += key_is_pw.eq(key == pw_key)
-        hit_ways = Signal(n_ways)
-        m.d.comb += [hit_ways.eq(Cat(
-                         vbits[w] & Mux(same & pw_ways[w], key_is_pw,
-                                        set_rd.data[w * KEY_BITS:(w + 1) * KEY_BITS] == key)
-                         for w in range(n_ways))),
-                     self.hit.eq(hit_ways.any())]
-        free_onehot = Signal(n_ways)      # lowest-numbered invalid way
-        for w in reversed(range(n_ways)):
-            with m.If(~vbits[w]):
-                m.d.comb += free_onehot.eq(1 << w)
+        # ---- the bypass for the key in the stage next cycle (``load`` only picks the patch
+        # of a key loaded now or that of the key staying: it depends on this cycle's ``hit``)
+        m.d.comb += [
+            patch.load.eq(self.load),
+            # the write made this cycle (the read of a key loaded now does not see it)
+            patch.a_insert.eq(pw_now & (pw_set == in_set) & pw_ways.any()),
+            patch.a_remove.eq(pw_now & (pw_set == in_set) & ~pw_ways.any()),
+            patch.a_word.eq(pw_word),
+            patch.a_ways.eq(Mux(pw_ways.any(), pw_ways, pw_en[:n_ways])),
+            patch.a_match.eq(in_key == pw_key),
+            # the write decided this cycle (made next cycle, after every read issued so far)
+            patch.b_insert.eq(ins), patch.b_remove.eq(rem),
+            patch.b_word.eq(new_word), patch.b_ways.eq(Mux(ins, self.free_way, self.remove_way)),
+            patch.b_new_set.eq(Mux(ins, q_set, self.remove_set) == in_set),
+            patch.b_held_set.eq(ins | (self.remove_set == q_set)),
+            patch.b_new_match.eq(in_key == key),
+            patch.advance.eq(advance)]
 
-        with m.If(advance):
-            m.d.sync += epoch.eq(epoch + 1)
-        m.d.sync += [pw_set.eq(h), pw_key.eq(key), pw_valid.eq(0)]
-        with m.If(self.insert & ~advance & (free_onehot != 0)):
-            m.d.sync += [pw_valid.eq(1), pw_ways.eq(free_onehot),
-                         pw_word.eq(Cat(vbits | free_onehot, epoch))]
-        with m.Elif(self.remove & ~advance):
-            m.d.sync += [pw_valid.eq(1), pw_ways.eq(0),
-                         pw_word.eq(Cat(vbits & ~hit_ways, epoch))]
-
-        # scrub: in every cycle without a write, set ``scrub`` gets the epoch in force next
-        # cycle, its ways emptied unless they are valid now and stay so
+        # ---- scrubber: in every cycle without a write, set ``scrub`` gets the epoch in force
+        # next cycle, its ways emptied unless they are valid now and stay so; its read data
+        # (issued last cycle) is used only if no write reached the set since (else it waits)
+        scrub = Signal(range(mem_sets), reset_less=True)
+        stale = Signal(init=1)            # a write reached ``scrub`` after its read
+        scrub_wr = Signal()
         keep = Signal(n_ways)
-        m.d.comb += [s_rd.addr.eq(scrub),
-                     keep.eq(Mux(~advance & (s_rd.data[n_ways:] == epoch), s_rd.data[:n_ways], 0))]
-        with m.If(~pw_now):
+        m.d.comb += [scrub_wr.eq(~pw_now & (advance | ~stale)),
+                     keep.eq(Mux(~advance & (s_rd.data[n_ways:] == epoch),
+                                 s_rd.data[:n_ways], 0))]
+        with m.If(scrub_wr):
             m.d.comb += [v_wr.addr.eq(scrub), v_wr.data.eq(Cat(keep, (epoch + advance)[:eb])),
-                         v_wr.en.eq(1)]
-            m.d.sync += scrub.eq(scrub + 1)
-        with m.If(self.insert & (free_onehot == 0)):
-            m.d.sync += self.overflow.eq(self.overflow + 1)
+                         v_wr.en.eq(-1)]
+        scrub_nx = Signal(range(mem_sets))
+        m.d.comb += [scrub_nx.eq((scrub + scrub_wr)[:len(scrub)]), s_rd.addr.eq(scrub_nx)]
+        m.d.sync += [scrub.eq(scrub_nx), stale.eq(pw_now & (pw_set == scrub_nx))]
+        return m
+
+
+class SetPatch(wiring.Component):
+    """The writes to the loaded key's set made after its read, in registers: the bypass of
+    :class:`LoggedSet`'s pipelined lookup.
+
+    Each cycle computes the patch for the key in the lookup stage next cycle, both for a key
+    loaded now and for the key staying, and ``load`` picks one (last, so that a ``load``
+    decided late in the cycle has one multiplexer to pass): for a load, from empty (the read
+    is issued now), the write made this cycle (a read sees the memory before that cycle's
+    write), then the write decided this cycle (``b_*``, written next cycle); for the key
+    staying, from the current patch, the write decided this cycle. Then an advance of the
+    epoch (an empty set). An insert replaces the set's valid word (with the epoch) and records,
+    for its way, whether the written key is the loaded one; a remove clears valid bits over
+    whatever came before. The patch is registered, so it reads as of the cycle after.
+
+    Parameters
+    ----------
+    ways : int
+        Keys per set.
+    word_bits : int
+        Width of a set's valid word (valid bits, then the epoch).
+
+    Members
+    -------
+    load : In(1)
+        A key is loaded this cycle (its patch starts empty).
+    a_insert, a_remove : In(1); a_word : In(word_bits); a_ways : In(ways); a_match : In(1)
+        The write made this cycle reaches the set of the key offered for loading: an insert of
+        valid word ``a_word`` into way ``a_ways`` of a key that is (``a_match``) the offered
+        one, or a removal of ways ``a_ways``.
+    b_insert, b_remove : In(1); b_word : In(word_bits); b_ways : In(ways)
+        The write decided this cycle: an insert of the key in the stage (valid word
+        ``b_word``, way ``b_ways``) or a removal of ways ``b_ways``.
+    b_new_set, b_held_set, b_new_match : In(1)
+        It reaches the set of the key offered for loading, of the key in the stage; the key in
+        the stage is the offered one.
+    advance : In(1)
+        The epoch advances (clear or reset): the set reads as empty.
+    word_valid : Out(1); word : Out(word_bits)
+        The set's valid word was replaced since the read (reset: an empty word).
+    removed : Out(ways)
+        Valid bits cleared since the read or the last replaced word.
+    key_written : Out(ways); key_match : Out(ways)
+        The way's key was written since the read, and the key written is the loaded one.
+    """
+
+    def __init__(self, ways, word_bits):
+        super().__init__({
+            "load": In(1),
+            "a_insert": In(1), "a_remove": In(1), "a_word": In(word_bits), "a_ways": In(ways),
+            "a_match": In(1),
+            "b_insert": In(1), "b_remove": In(1), "b_word": In(word_bits), "b_ways": In(ways),
+            "b_new_set": In(1), "b_held_set": In(1), "b_new_match": In(1),
+            "advance": In(1),
+            "word_valid": Out(1, init=1), "word": Out(word_bits), "removed": Out(ways),
+            "key_written": Out(ways), "key_match": Out(ways),
+        })
+        self._ways = ways
+
+    def elaborate(self, platform):
+        m = Module()
+        zero = Const(0, self._ways)
+        cur = (self.word_valid, self.word, self.removed, self.key_written, self.key_match)
+        empty = (Const(0), Const(0, len(self.word)), zero, zero, zero)
+
+        def insert(p, word, ways, match):
+            return (Const(1), word, zero, p[3] | ways, (p[4] & ~ways) | Mux(match, ways, 0))
+
+        def remove(p, ways):
+            return p[:2] + (p[2] | ways,) + p[3:]
+
+        def choose(cond, a, b):
+            return tuple(Mux(cond, x, y) for x, y in zip(a, b))
+
+        def decided(p, reaches, match):
+            return choose(self.b_insert & reaches, insert(p, self.b_word, self.b_ways, match),
+                          choose(self.b_remove & reaches, remove(p, self.b_ways), p))
+
+        made = choose(self.a_insert, insert(empty, self.a_word, self.a_ways, self.a_match),
+                      choose(self.a_remove, remove(empty, self.a_ways), empty))
+        loaded = decided(made, self.b_new_set, self.b_new_match)
+        held = decided(cur, self.b_held_set, Const(1))
+        nxt = choose(self.load, loaded, held)
+        nxt = choose(self.advance, (Const(1), Const(0, len(self.word)), zero) + nxt[3:], nxt)
+        m.d.sync += [f.eq(v) for f, v in zip(cur, nxt)]
         return m

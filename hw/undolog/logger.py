@@ -24,9 +24,13 @@ class UndoLogger(wiring.Component):
     order). Window: a record is counted in flight from its slot allocation until all its writes
     are acknowledged; no slot is allocated while ``log_window`` records are in flight.
 
-    Logged set (:class:`LoggedSet`): ``log_set_sets`` x ``log_set_ways`` (table, row) keys, one
-    lookup (and insert) per cycle, an insert visible to the next cycle's lookup. Hash and insert
-    rule as docs/training.md.
+    Lookup stage: a tee row or an ensure enters a one-row stage (``tee_rows``/``ensure`` taken)
+    as the row in it leaves, and the :class:`LoggedSet` reads the row's set with it; the row is
+    decided (hit, log full, or a new record and insert) from that registered read data in the
+    next cycle or later, so a row costs one cycle of latency and rows still pass at one per
+    cycle. Logged set: ``log_set_sets`` x ``log_set_ways`` (table, row) keys, an insert or
+    removal seen by the decision of every later row (the set's bypass). Hash and insert rule
+    as docs/training.md.
 
     Parameters
     ----------
@@ -37,15 +41,18 @@ class UndoLogger(wiring.Component):
     Members
     -------
     tee_rows : In(stream.Signature(log_row_layout(A)))
-        One entry per row a LOOKUP with LOG reads, in issue order. A row's entry is taken
-        before (at the earliest in the cycle the previous row finishes) its lines.
+        One entry per row a LOOKUP with LOG reads, in issue order. A row's entry is taken into
+        the lookup stage (while no ensure is in progress), at the earliest in the cycle the
+        previous row is decided, which is at the earliest in the cycle the row before it
+        finishes; its lines are taken from the cycle after its decision.
     tee_lines : In(stream.Signature(log_line_layout))
         The dim/16 lines of each tee row, rows in the same order, each with the ``err`` of its
         media read. A row with a failed line is still written to its slot (the slot was
         allocated with the row, before its lines), but with a CRC that cannot match (the CRC
         state after its data lines with bit 0 flipped: recovery skips the record), and the row
-        is removed from the logged set in the cycle after its last line (no tee row or ensure
-        is taken in that cycle), so a later UPDATE logs it through ``ensure``. Lines are taken one per cycle
+        is removed from the logged set in the cycle after its last line (its way, kept from its
+        insert, is cleared; no row is decided in that cycle), so a later UPDATE logs it through
+        ``ensure``. Lines are taken one per cycle
         while the write buffer has room, logged or not (a record's header is built in a side
         stage after its last data line and queued separately, so it costs no tee cycle). The
         write buffer holds ``cfg.log_buffer_lines`` data lines and as many headers (block RAM
@@ -57,17 +64,20 @@ class UndoLogger(wiring.Component):
         priority for the logger), else its last output line waits for the drain.
     ensure : In(stream.Signature(log_row_layout(A)))
         UPDATE's synchronous path, answered on ``ensure_done`` one answer per request, in
-        order. Row in the logged set: done (err 0) in the cycle the request is seen (``ensure``
-        taken with the answer; one per cycle sustained); else log full: ``LOG_FULL`` (sets
-        ``full``); else wait until ``q_busy`` is 0, read the row (RdCur, id 8), write its
+        order. A request is taken into the lookup stage (only with no tee row valid or being
+        logged) and answered at the earliest in the next cycle; the next request is taken in
+        the cycle an answer is. Row in the logged set: done (err 0) in the cycle after it was
+        taken (one per cycle sustained); else log full: ``LOG_FULL`` (sets ``full``); else
+        wait until ``q_busy`` is 0, read the row (RdCur, id 8), write its
         record, wait until every record write is acknowledged, insert the row, done (err 0, or
         ``MEDIA`` after a read or write error, in which case the row is not inserted and a
         record whose read failed carries a CRC that cannot match, as for the tee). The tee
-        has priority: an ensure starts only with no tee row pending or being logged.
+        has priority: an ensure enters the stage only with no tee row pending or being logged,
+        and holds it (tee rows wait) until answered.
     ensure_done : Out(stream.Signature(ensure_done_layout))
         The answers.
     q_row : Out(32)
-        The pending ensure's row.
+        The row in the lookup stage (the pending ensure's row while an ensure is there).
     q_busy : In(1)
         The UPDATE engine still has a write of ``q_row`` to make or acknowledge for an earlier
         (already answered) item (``UpdateEngine.q_busy``). Waiting for 0 before the read makes
@@ -86,10 +96,10 @@ class UndoLogger(wiring.Component):
         Pulse, only while ``idle``: clears the logged set, the next slot, ``full`` and
         ``media_err``.
     idle : Out(1)
-        No input valid, no row being logged, no ensure in progress, no record with a write
-        queued or unacknowledged.
+        No input valid, the lookup stage empty, no row being logged, no ensure in progress, no
+        record with a write queued or unacknowledged.
     ready : Out(1)
-        Always 1 (the set's valid bits are registers, cleared by reset; no init sweep).
+        Always 1 (the logged set is emptied by reset through its epoch; no init sweep).
     full : Out(1)
         Sticky: a row was not logged because the next slot was ``log_slots``.
     full_events : Out(32)
@@ -137,25 +147,36 @@ class UndoLogger(wiring.Component):
         m = Module()
         cfg = self._cfg
         tr, en = self.tee_rows.payload, self.ensure.payload
-        m.d.comb += [self.ready.eq(1), self.q_row.eq(en.row)]
+        m.d.comb += self.ready.eq(1)
 
-        # ---- logged set: keyed by a waiting tee row in IDLE, else by the ensure row ----------
-        # (the key is chosen from state and ``tee_rows.valid`` only; the hit is used only where
-        # that key's row is the one decided on)
+        # ---- lookup stage: the row (tee or ensure) whose logged-set answer is read ---------
+        # (loaded from a waiting tee row, else an ensure; its key and set read enter the
+        # logged set's stage with it, so the decision next cycle uses registered read data)
         m.submodules.logged = logged = LoggedSet(cfg.log_set_sets, cfg.log_set_ways)
-        use_tee_key = Signal()
+        s_valid, s_ens = Signal(), Signal()
+        s_row = Signal(log_row_layout(cfg.addr_bits))
+        s_take = Signal()         # the stage's row is decided (or answered) and leaves it
+        load_tee, load_ens = Signal(), Signal()
         do_insert = Signal()
         hit = logged.hit
         # a tee row whose read failed is removed again in the cycle after its last line
-        # (``rm_pending``; nothing else uses the set in that cycle)
+        # (``rm_pending``; the way it was inserted into is kept with the row: ``c_way``)
         rm_pending = Signal()
-        rm_table, rm_row = Signal(16), Signal(32)
-        m.d.comb += [logged.row.eq(Mux(rm_pending, rm_row, Mux(use_tee_key, tr.row, en.row))),
-                     logged.table.eq(Mux(rm_pending, rm_table,
-                                         Mux(use_tee_key, tr.table, en.table))),
+        rm_set, rm_way = Signal.like(logged.set_index), Signal.like(logged.free_way)
+        m.d.comb += [logged.row.eq(Mux(self.tee_rows.valid, tr.row, en.row)),
+                     logged.table.eq(Mux(self.tee_rows.valid, tr.table, en.table)),
+                     logged.load.eq(load_tee | load_ens),
                      logged.insert.eq(do_insert), logged.remove.eq(rm_pending),
+                     logged.remove_set.eq(rm_set), logged.remove_way.eq(rm_way),
                      logged.clear.eq(self.retire),
-                     self.set_overflow.eq(logged.overflow)]
+                     self.set_overflow.eq(logged.overflow),
+                     self.tee_rows.ready.eq(load_tee), self.ensure.ready.eq(load_ens),
+                     self.q_row.eq(s_row.row)]
+        with m.If(load_tee | load_ens):
+            m.d.sync += [s_valid.eq(1), s_ens.eq(load_ens),
+                         s_row.eq(Mux(load_tee, tr.as_value(), en.as_value()))]
+        with m.Elif(s_take):
+            m.d.sync += s_valid.eq(0)
 
         # ---- record writer: header stage, write buffer, write port, window ------------------
         m.submodules.writer = writer = RecordWriter(cfg, write_id=ID_LOG_WRITE)
@@ -175,6 +196,7 @@ class UndoLogger(wiring.Component):
         have = Signal()           # a row is being taken (logged or drained)
         c_table, c_row, c_addr, c_dl = Signal(16), Signal(32), Signal(cfg.addr_bits), Signal(2)
         c_wr = Signal()           # the row is being logged (else drained)
+        c_set, c_way = Signal.like(rm_set), Signal.like(rm_way)   # where a tee row went in
         c_ens = Signal()          # lines come from our own reads (ensure), else from the tee
         k = Signal(4)             # data lines taken
         rd_k = Signal(4)          # ensure: reads issued
@@ -220,7 +242,7 @@ class UndoLogger(wiring.Component):
             with m.If(last):
                 m.d.comb += [finishing.eq(1), writer.header.valid.eq(c_wr)]
                 with m.If(c_wr & ~c_ens & row_bad):
-                    m.d.sync += [rm_pending.eq(1), rm_table.eq(c_table), rm_row.eq(c_row)]
+                    m.d.sync += [rm_pending.eq(1), rm_set.eq(c_set), rm_way.eq(c_way)]
         with m.If(finishing):
             m.d.sync += have.eq(0)
         with m.If(writer.wr_err):
@@ -239,35 +261,41 @@ class UndoLogger(wiring.Component):
                          c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens)]
             if write:
                 m.d.comb += [alloc.eq(1), writer.alloc_dl.eq(row.dim_log)]
+                m.d.sync += [c_set.eq(logged.set_index), c_way.eq(logged.free_way)]
 
         def log_full():
             m.d.sync += [self.full.eq(1), self.full_events.eq(self.full_events + 1)]
 
-        # ---- tee rows and the ensure path ----------------------------------------------------
+        # ---- tee rows and the ensure path: decided on the lookup stage's row ---------------
         free = ~have | finishing
         ens_code = Signal(8)
+        # a row enters the stage as the row in it leaves (IDLE or DONE; an ensure holds it in
+        # WAIT and INSERT); an ensure only with no tee row waiting or being logged (the tee has
+        # priority)
+        room = ~s_valid | s_take
+        m.d.comb += [load_tee.eq(room & self.tee_rows.valid),
+                     load_ens.eq(room & ~self.tee_rows.valid & self.ensure.valid & ~have)]
         with m.FSM(name="ensure") as ens_fsm:
             with m.State("IDLE"):
-                m.d.comb += use_tee_key.eq(self.tee_rows.valid)
-                m.d.comb += self.tee_rows.ready.eq(free & ~rm_pending & (hit | at_full | win_ok))
                 with m.If(rm_pending):
                     pass                # the logged set removes a failed row this cycle
-                with m.Elif(self.tee_rows.valid):
-                    with m.If(self.tee_rows.ready):
+                with m.Elif(s_valid & ~s_ens):
+                    with m.If(free & (hit | at_full | win_ok)):
+                        m.d.comb += s_take.eq(1)
                         with m.If(hit):
-                            start(tr, write=0, ens=0)
+                            start(s_row, write=0, ens=0)
                         with m.Elif(at_full):
-                            start(tr, write=0, ens=0)
+                            start(s_row, write=0, ens=0)
                             log_full()
                         with m.Else():
-                            start(tr, write=1, ens=0)
+                            start(s_row, write=1, ens=0)
                             m.d.comb += do_insert.eq(1)
-                with m.Elif(self.ensure.valid & ~have):
+                with m.Elif(s_valid & ~have):
                     with m.If(hit):
                         # answered in this cycle; held in DONE if not taken
                         m.d.comb += [self.ensure_done.valid.eq(1),
                                      self.ensure_done.payload.err_code.eq(0),
-                                     self.ensure.ready.eq(self.ensure_done.ready)]
+                                     s_take.eq(self.ensure_done.ready)]
                         with m.If(~self.ensure_done.ready):
                             m.d.sync += ens_code.eq(0)
                             m.next = "DONE"
@@ -277,7 +305,7 @@ class UndoLogger(wiring.Component):
                         m.next = "DONE"
                     with m.Elif(win_ok & ~self.q_busy):
                         # (q_busy: the UPDATE engine still writes this row for an earlier item)
-                        start(en, write=1, ens=1)
+                        start(s_row, write=1, ens=1)
                         m.d.sync += ens_err.eq(0)
                         m.next = "WAIT"
             with m.State("WAIT"):
@@ -294,11 +322,11 @@ class UndoLogger(wiring.Component):
             with m.State("DONE"):
                 m.d.comb += [self.ensure_done.valid.eq(1),
                              self.ensure_done.payload.err_code.eq(ens_code),
-                             self.ensure.ready.eq(self.ensure_done.ready)]
+                             s_take.eq(self.ensure_done.ready)]
                 with m.If(self.ensure_done.ready):
                     m.next = "IDLE"
 
-        m.d.comb += self.idle.eq(ens_fsm.ongoing("IDLE") & ~have & ~rm_pending &
+        m.d.comb += self.idle.eq(ens_fsm.ongoing("IDLE") & ~s_valid & ~have & ~rm_pending &
                                  (writer.inflight == 0) &
                                  writer.empty & ~self.tee_rows.valid &
                                  ~self.tee_lines.valid & ~self.ensure.valid)

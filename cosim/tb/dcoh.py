@@ -361,5 +361,34 @@ class DcohTB:
     def line(self, region="table", index=0) -> int:
         return (getattr(self.cfg, region + "_base") >> 6) + index
 
+    async def until(self, cond, cycles, what):
+        """Wait (cycle by cycle) until ``cond()`` holds; AssertionError naming ``what`` and the
+        seed if it does not within ``cycles`` cycles."""
+        for _ in range(cycles):
+            if cond():
+                return
+            await ClockCycles(self.dut.clk, 1)
+        raise AssertionError(f"{what} not within {cycles} cycles (seed {self.seed})")
+
     def mem_line(self, line) -> bytes:
         return self.pmem.mem.read(line << 6, LINE_BYTES)
+
+
+class BISnpLog:
+    """Host observer of a :class:`DcohTB` (registered on construction): every BISnp in the
+    order the host receives it, in ``seen`` as (BITag, line, {BITag: line} of the BISnps still
+    open when it arrives); ``lines``: their lines."""
+
+    def __init__(self, tb: DcohTB):
+        self.core, self.seen = tb.core, []
+        tb.core.observers.append(self)
+
+    @property
+    def lines(self) -> list:
+        return [line for _, line, _ in self.seen]
+
+    def on_s2m(self, channel, msg, cycle, txn):
+        if channel == "s2m_bisnp":
+            h = msg["hdr"]
+            self.seen.append((h["bi_tag"], h["addr"],
+                              {t: sn.line for t, sn in self.core.open_bitags.items()}))

@@ -26,7 +26,7 @@ from cocotb.triggers import ClockCycles
 from cosim import build as cb, fcov, params
 from cosim.cxl_host import ALL_BE, HostKnobs, fast_getter
 from cosim.tb.config import BenchConfig
-from cosim.tb.dcoh import DcohTB, dcoh_top_build
+from cosim.tb.dcoh import BISnpLog, DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
 from hw.cxl_encodings import (BIRspOpcode as BR, DRSOpcode as DR,
                               MetaField as MF, MetaValue as MV, NDROpcode as ND, ReqOpcode as RQ,
@@ -352,20 +352,10 @@ async def birsp_tags_beyond_the_tracker_are_refused(dut):
     await tb.reset()
     line = tb.line("table", 77)
     await tb.host.read(line, "own")
-    snoops = []
-
-    class _Tags:
-        def on_s2m(self, channel, msg, cycle, txn):
-            if channel == "s2m_bisnp":
-                snoops.append(msg["hdr"]["bi_tag"])
-    tb.core.observers.append(_Tags())
+    snoops = BISnpLog(tb)
     op = tb.dev.submit("wr", line, bytes([0x5A]) * 64, dev_id=1)
-    for _ in range(200):
-        if snoops:
-            break
-        await ClockCycles(dut.clk, 1)
-    assert snoops, f"no BISnp for the device write (seed {tb.seed})"
-    t = snoops[0]
+    await tb.until(lambda: snoops.seen, 200, "the device write's BISnp")
+    t = snoops.seen[0][0]
     assert t < tb.cfg.bi_tags <= 8, (t, tb.cfg.bi_tags)
     for k in range(3, 12):
         tb.core.raw_birsp(BR.BIRSP_I, bi_tag=t | 1 << k)

@@ -24,7 +24,7 @@ from cocotb.triggers import ClockCycles
 from cosim import build as cb
 from cosim.cxl_host import HostKnobs, fast_getter
 from cosim.tb.config import BenchConfig
-from cosim.tb.dcoh import DcohTB, dcoh_top_build
+from cosim.tb.dcoh import BISnpLog, DcohTB, dcoh_top_build
 from hw.config import DeviceConfig
 
 SLACK = 4           # reads in flight either side of the expected count that are accepted
@@ -107,26 +107,6 @@ class _HeldPayload:
         self.waits += self._waiting is not None
 
 
-class _BISnps:
-    """The line of every BISnp, in the order the host receives them."""
-
-    def __init__(self, tb):
-        self.lines = []
-        tb.core.observers.append(self)
-
-    def on_s2m(self, channel, msg, cycle, txn):
-        if channel == "s2m_bisnp":
-            self.lines.append(msg["hdr"]["addr"])
-
-
-async def _until(tb, cond, cycles, what):
-    for _ in range(cycles):
-        if cond():
-            return
-        await ClockCycles(tb.dut.clk, 1)
-    raise AssertionError(f"{what} not within {cycles} cycles (seed {tb.seed})")
-
-
 @cocotb.test()
 async def victims_rotate_over_the_ways_and_skip_a_way_under_snoop(dut):
     """One set, host-owned lines with line-address bit 18 set: seven RdOwns of new lines of
@@ -141,7 +121,7 @@ async def victims_rotate_over_the_ways_and_skip_a_way_under_snoop(dut):
     s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
     assert ways == 4
     x = [tb.line("table", (1 << 18) + 5 + s * k) for k in range(12)]
-    snoops = _BISnps(tb)
+    snoops = BISnpLog(tb)
     for k in range(ways):
         await tb.host.read(x[k], "own")                   # ways 0..3
     for k in range(ways, ways + 7):
@@ -149,7 +129,7 @@ async def victims_rotate_over_the_ways_and_skip_a_way_under_snoop(dut):
     assert snoops.lines == x[:7], [hex(a) for a in snoops.lines]
     # way 3 holds x3, under a device write's snoop; the pointer says way 3
     w = tb.dev.submit("wr", x[7], bytes([0x3C]) * 64, dev_id=3)
-    await _until(tb, lambda: len(snoops.lines) == 8, 200, "the device write's BISnp")
+    await tb.until(lambda: len(snoops.lines) == 8, 200, "the device write's BISnp")
     t = await tb.host.read(x[11], "own")
     await tb.dev.wait(w)
     assert snoops.lines == x[:8] + [x[8]], [hex(a) for a in snoops.lines]
@@ -182,7 +162,7 @@ async def parked_reqs_keep_their_tags_and_block_only_their_own_line(dut):
     tb.core._next_tag = 0x100                              # tags 0x100..0x103: bit 4 clear
     txns = [tb.core.issue("rd_own", a) for a in reqs]
     assert [t.tag & 0x10 for t in txns] == [0] * P
-    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + P, 200, "four BISnps")
+    await tb.until(lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + P, 200, "four BISnps")
     t = await tb.host.read(upgrade, "own")
     assert t.t_done - t.t_issue < 100, (f"the upgrade of {upgrade:#x} took "
                                         f"{t.t_done - t.t_issue} cycles behind a parked Req")
@@ -205,7 +185,7 @@ async def _bitag_schedule(tb, owned, second, requests):
     n0 = tb.core.stats["recv_s2m_bisnp"]
     ops = [tb.dev.submit("wr", tb.line("table", 40), dev_id=1),
            tb.dev.submit(*second, dev_id=2)]
-    await _until(tb, lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
+    await tb.until(lambda: tb.core.stats["recv_s2m_bisnp"] == n0 + 2, 200, "two device BISnps")
     await ClockCycles(tb.dut.clk, 100)
     txns = [tb.core.issue("rd_own", ln) for ln in requests]
     for op in ops:
@@ -234,19 +214,6 @@ async def all_bitags_in_use_and_every_request_completes(dut):
     await tb.finish()
 
 
-class _BISnpLog:
-    """Host observer: (BITag, line, {open BITag: line}) of every BISnp as it arrives."""
-
-    def __init__(self, core):
-        self.core, self.seen = core, []
-
-    def on_s2m(self, chan, msg, cycle, txn):
-        if chan == "s2m_bisnp":
-            h = msg["hdr"]
-            self.seen.append((h["bi_tag"], h["addr"],
-                              {t: sn.line for t, sn in self.core.open_bitags.items()}))
-
-
 @cocotb.test()
 async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
     """All 8 BITags in use at once as in ``all_bitags_in_use_and_every_request_completes`` (a
@@ -261,8 +228,7 @@ async def bitags_1_and_7_on_lines_one_high_bit_apart(dut):
     knobs = HostKnobs.calm()
     knobs.snoop_delay_min = knobs.snoop_delay_max = 200
     tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
-    log = _BISnpLog(tb.core)
-    tb.core.observers.append(log)
+    log = BISnpLog(tb)
     await tb.reset()
     s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
     sets = (30, 31, 32, 31, 34, 35)
@@ -295,8 +261,7 @@ async def victim_choice_skips_the_way_bitag_7_snoops(dut):
     knobs.snoop_delay_min = knobs.snoop_delay_max = 200
     knobs.keep_on_bisnp_data = 1.0                       # the host keeps S: way 3 stays valid
     tb = DcohTB(dut, host_stall=0.0, dev_stall=0.0, knobs=knobs)
-    log = _BISnpLog(tb.core)
-    tb.core.observers.append(log)
+    log = BISnpLog(tb)
     await tb.reset()
     s, ways = tb.cfg.sf_sets, tb.cfg.sf_ways
     sets = (30, 31, 32, 33, 33, 33, 33, 33)

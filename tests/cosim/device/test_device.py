@@ -1189,7 +1189,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 29     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 30     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

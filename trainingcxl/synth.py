@@ -265,10 +265,13 @@ def block_utilization(stat: dict, prefix: str) -> list[dict]:
         for t, n in mod.get("num_cells_by_type", {}).items():
             if t in row:
                 row[t] += n
-    rows = []
-    for block, row in blocks.items():
-        pos = row["LUT4"] + 2 * row["CCU2C"] + 6 * row["TRELLIS_DPR16X4"]
-        rows.append({"block": block, "lut_positions": pos, **row})
+    return _block_rows(blocks)
+
+
+def _block_rows(blocks: dict[str, dict]) -> list[dict]:
+    """Rows of per-block cell counts with their LUT positions, largest first."""
+    rows = [{"block": b, "lut_positions": r["LUT4"] + 2 * r["CCU2C"] + 6 * r["TRELLIS_DPR16X4"],
+             **r} for b, r in blocks.items()]
     return sorted(rows, key=lambda r: (-r["lut_positions"], r["block"]))
 
 
@@ -290,9 +293,7 @@ def block_utilization_flat(netlist: dict, top: str, prefix: str, blocks) -> list
         row = rows.setdefault(block, dict.fromkeys(BLOCK_CELLS, 0))
         if cell["type"] in row:
             row[cell["type"]] += 1
-    out = [{"block": b, "lut_positions": r["LUT4"] + 2 * r["CCU2C"] + 6 * r["TRELLIS_DPR16X4"],
-            **r} for b, r in rows.items()]
-    return sorted(out, key=lambda r: (-r["lut_positions"], r["block"]))
+    return _block_rows(rows)
 
 
 def xilinx_summary(cells: dict) -> dict:
@@ -487,11 +488,9 @@ def convert(cfg, out: pathlib.Path, block: str | None = None) -> tuple[pathlib.P
 # go to block RAM (``ram_style``): in distributed RAM each costs 128-256 DPR16X4 (6 LUT
 # positions each), in block RAM 15-16 DP16KD of 208.
 # (``SyncFIFO``'s storage is also named ``storage`` but reads asynchronously: not selected)
-# In a flattened design the memory is named after its path (``dev.logger.writer.dq.storage``).
-
-
 def fifo_ram_attrs(flat: bool = False) -> tuple[str, ...]:
-    """The Yosys commands above, for the kept hierarchy or (``flat``) a flattened design."""
+    """The Yosys commands above, for the kept hierarchy or (``flat``) a flattened design, where
+    the memory is named after its path (``dev.logger.writer.dq.storage``)."""
     mems = (f"t:$mem_v2 {'n:*.storage' if flat else 'n:storage'} %i r:RD_PORTS=1 %i "
             "r:WR_PORTS=1 %i r:RD_CLK_ENABLE=1'1 %i")
     wide = f"{mems} r:WIDTH>=500 %i r:SIZE>=3 %i"

@@ -30,6 +30,7 @@ from .media_axi import MediaAXI, media_axi_signature
 from .persist.engine import PersistEngine
 from .snapshot import SnapshotEngine
 from .port_mux import RequestPortMux
+from .req_slice import DeviceRequestSlice
 from .reset import with_registered_reset
 from .undolog.logger import UndoLogger
 from .update.engine import UpdateEngine
@@ -134,7 +135,9 @@ class TrainingCXLDevice(wiring.Component):
                    "update": update, "snapshot": snap}
         for i, (name, _) in enumerate(PORT_IDS):
             wiring.connect(m, engines[name].mem, getattr(mux, f"req_{i}"))
-        wiring.connect(m, mux.mem, dcoh.dev)
+        m.submodules.req_slice = req_slice = DeviceRequestSlice(cfg.addr_bits)
+        wiring.connect(m, mux.mem, req_slice.s)
+        wiring.connect(m, req_slice.m, dcoh.dev)
         connect_host_channels(m, self, dcoh)
         forward_status(m, self, dcoh)
         wiring.connect(m, dcoh.mem, media.port)

@@ -4,8 +4,9 @@ The gather engine alone behind the DCOH, driven by a command stream instead of t
 ring (the full device is :mod:`hw.top`); the LOOKUP cosim tests, the Icarus comparison and the
 LOOKUP benchmark use it, so they do not pay for the CSR/ring path.
 
-Only wiring: GatherReduce's device request port goes through the DCOH (which snoops the host
-before device reads and writes, docs/coherence.md) to the media adapter. The full device puts the CSRs and
+Only wiring: GatherReduce's device request port goes through the request register slice (as
+in the device, :mod:`hw.req_slice`) and the DCOH (which snoops the host before device reads and
+writes, docs/coherence.md) to the media adapter. The full device puts the CSRs and
 the command processor in front (:mod:`hw.top`).
 
 Verilog ports: ``clk``, ``rst`` (active high), ``m2s_req``/``m2s_rwd``/``m2s_birsp`` (in),
@@ -24,6 +25,7 @@ from ..dcoh import DCOH, forward_status, status_members
 from ..gather.layouts import cmd_layout, cpl_layout
 from ..gather import GatherReduce
 from ..media_axi import MediaAXI, media_axi_signature
+from ..req_slice import DeviceRequestSlice
 
 __all__ = ["LookupSlice", "SLICE_NAME"]
 
@@ -85,7 +87,9 @@ class LookupSlice(wiring.Component):
         # coherency engine: host CXL.mem channels, engine requests → media requests
         m.submodules.dcoh = dcoh = DCOH(self.cfg)
         connect_host_channels(m, self, dcoh)
-        wiring.connect(m, gather.mem, dcoh.dev)
+        m.submodules.req_slice = req_slice = DeviceRequestSlice(self.cfg.addr_bits)
+        wiring.connect(m, gather.mem, req_slice.s)
+        wiring.connect(m, req_slice.m, dcoh.dev)
         forward_status(m, self, dcoh)
         # media port
         m.submodules.media = media = MediaAXI(self.cfg)

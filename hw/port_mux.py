@@ -9,10 +9,12 @@ rules (payload stable while valid). Two arbitration modes:
   added latency, but every requester's ``ready`` depends on the ``valid`` of those above it;
 - registered (``registered_grant=True``, the device's port): the grant is a register, chosen in
   the cycle before from the requests valid then. A requester's ``ready`` is its grant and the
-  port's ``ready``, so no requester's ``ready`` depends on another's request. A request that
-  finds the grant on it goes at once (a requester streaming alone, or the highest-priority one
-  under contention, keeps one transfer per cycle); a request that finds it elsewhere waits one
-  cycle for it, and a granted requester that stops leaves one idle cycle on the port.
+  port's ``ready``, so no requester's ``ready`` depends on another's request. After each
+  transfer the grant passes to the highest-priority other requester with a request valid, if
+  any (so under contention the served requester alternates with the highest-priority waiting
+  one, and a lower one waits as under fixed priority); otherwise it stays, and a requester
+  streaming alone keeps one transfer per cycle. A request that finds the grant on an idle
+  requester waits one cycle for it.
 
 Routing is combinational.
 A response whose id belongs to no requester is accepted and dropped (it cannot happen with a
@@ -91,9 +93,12 @@ class RequestPortMux(wiring.Component):
                                  srcs[i].ready.eq(dst.ready)]
 
     def _arbitrate_registered(self, m, name, srcs, dst):
-        """The grant is a register: held while the granted request waits, else set to the
-        highest-priority request valid in this cycle (the granted one included), else kept."""
+        """The grant is a register: held while the granted request waits; after a transfer, or
+        while the granted requester has no request, set to the highest-priority requester with a
+        request valid in this cycle other than the one just served; else kept."""
         grant = Signal(range(len(srcs)), name=f"{name}_grant")
+        taken = Signal(name=f"{name}_taken")
+        m.d.comb += taken.eq(dst.valid & dst.ready)
         with m.Switch(grant):
             for i, src in enumerate(srcs):
                 with m.Case(i):
@@ -101,7 +106,7 @@ class RequestPortMux(wiring.Component):
                                  src.ready.eq(dst.ready)]
         with m.If(~dst.valid | dst.ready):
             for i in reversed(range(len(srcs))):
-                with m.If(srcs[i].valid):
+                with m.If(srcs[i].valid & ~(taken & (grant == i))):
                     m.d.sync += grant.eq(i)
 
     def _route(self, m, src, dsts, stray):

@@ -97,16 +97,16 @@ class RequestPortMux(wiring.Component):
         while the granted requester has no request, set to the highest-priority requester with a
         request valid in this cycle other than the one just served; else kept."""
         grant = Signal(range(len(srcs)), name=f"{name}_grant")
-        taken = Signal(name=f"{name}_taken")
-        m.d.comb += taken.eq(dst.valid & dst.ready)
         with m.Switch(grant):
             for i, src in enumerate(srcs):
                 with m.Case(i):
                     m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload),
                                  src.ready.eq(dst.ready)]
         with m.If(~dst.valid | dst.ready):
+            # (the granted requester, if valid, is taken now: not a candidate while ready;
+            # written without the port's valid so no other requester's logic shares it)
             for i in reversed(range(len(srcs))):
-                with m.If(srcs[i].valid & ~(taken & (grant == i))):
+                with m.If(srcs[i].valid & ~(dst.ready & (grant == i))):
                     m.d.sync += grant.eq(i)
 
     def _route(self, m, src, dsts, stray):

@@ -126,6 +126,9 @@ class DeviceDriver:
         self.tail = 0
         self.head = 0            # CPL_HEAD as last read (0 after a reset or ring configuration)
         self.cycles_waited = 0
+        # cycles from each RECOVER write to the end of its wait (failed ones included), summed
+        # since the last power cycle: an upper bound of the device's PERF_CYC_RECOVER
+        self.recover_cycles = 0
         self.actions = None      # cosim.trace.action_log.ActionLog while a trace is recorded
         # cycles spent per phase (PMEM model's clock count): write_descs, execute, read_cpls,
         # recover, configure
@@ -201,6 +204,7 @@ class DeviceDriver:
                 raise DriverError("DCOH not ready 100000 cycles after reset")
         self.ring_base = self.cpl_base = None
         self.ring_size = self.tail = self.head = 0
+        self.recover_cycles = 0
         if self.via_host:
             self.new_host()
 
@@ -289,6 +293,12 @@ class DeviceDriver:
         (the compiled one) reads STATUS every ``poll`` cycles in one job until RECOVERING is
         low, so the wait costs Python two wake-ups."""
         t0 = self.pmem.cycle
+        try:
+            return await self._recover(t0, timeout, sleep_on_irq)
+        finally:
+            self.recover_cycles += self.pmem.cycle - t0
+
+    async def _recover(self, t0, timeout, sleep_on_irq):
         await self.start_recover(sleep_on_irq=sleep_on_irq)
         waited = 0
         compiled = hasattr(self.csr, "poll")

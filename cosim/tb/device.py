@@ -154,11 +154,19 @@ class DeviceTB:
         self.tables = {}
 
     async def recover(self):
+        """RECOVER on both sides; COMMITTED equals the model's, and PERF_CYC_RECOVER (recovery
+        cycles since reset) is at least 1 and at most the cycles the testbench itself counted
+        from each RECOVER write (since reset, failed recoveries included) to the STATUS read
+        that saw its end."""
         c = await self.drv.recover()
         self.model.recover()
         self.check_recovered = True
         assert c == self.model.committed, self.where(f"COMMITTED {c} != model "
                                                      f"{self.model.committed}")
+        cyc = await self.drv.read("PERF_CYC_RECOVER")
+        assert 1 <= cyc <= self.drv.recover_cycles, self.where(
+            f"PERF_CYC_RECOVER {cyc}, recoveries since reset took at most "
+            f"{self.drv.recover_cycles} cycles")
         return c
 
     async def set_table(self, tid, base, rows, dim):

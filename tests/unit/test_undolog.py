@@ -872,17 +872,31 @@ BYPASS_CASES = [
      [((0, 0), 0, None, 0), (None, 1, None, 0)] + [(None, 0, None, 1)] * 8
      + [(None, 0, None, 0)]),
 ]
+# with 4 ways: (0, 0), (0, 5), (0, 10), (0, 15) and (0, 16) share set 0. The set is filled in
+# order, so the last insert takes way 3 (the device has 8 ways: a way above the first ones).
+_FILL_3 = [((0, 0), 0, None, 0), ((0, 5), 1, None, 0), ((0, 10), 1, None, 0),
+           ((0, 15), 1, None, 0)]
+BYPASS_CASES_4WAYS = [
+    # the insert into way 3 is made in the cycle the same key is loaded again: a hit in way 3
+    ("way3_insert_then_same_key_a_cycle_later",
+     _FILL_3 + [(None, 1, None, 0), ((0, 15), 0, None, 0), (None, 0, None, 0)]),
+    # ... and another key of the now full set loaded then: no free way (not way 3)
+    ("way3_insert_then_other_key_a_cycle_later",
+     _FILL_3 + [(None, 1, None, 0), ((0, 16), 0, None, 0), (None, 0, None, 0)]),
+]
 
 
-@pytest.mark.parametrize("name,steps", BYPASS_CASES, ids=[c[0] for c in BYPASS_CASES])
-def test_logged_set_bypass(name, steps):
+@pytest.mark.parametrize("name,steps,ways",
+                         [(*c, 2) for c in BYPASS_CASES] + [(*c, 4) for c in BYPASS_CASES_4WAYS],
+                         ids=[c[0] for c in BYPASS_CASES + BYPASS_CASES_4WAYS])
+def test_logged_set_bypass(name, steps, ways):
     """LoggedSet's pipelined lookup with its same-set bypass: an insert, remove or clear decided
     in the cycle a key is loaded, a cycle before, or while it waits in the stage, is in the
-    key's answer (``hit``, ``hit_way``, ``free_way``) the cycle after (4 sets x 2 ways)."""
-    sets, ways = 4, 2
+    key's answer (``hit``, ``hit_way``, ``free_way``) the cycle after (4 sets x 2 or 4 ways)."""
+    sets = 4
     dut, inner, _ = logged_set_dut(sets, ways)
     model = LoggedSetModel(sets, ways)
-    assert model.set_of((0, 0)) == model.set_of((0, 5)) == 0
+    assert {model.set_of((0, r)) for r in (0, 5, 10, 15, 16)} == {0}
     log = []
 
     async def tb(ctx):

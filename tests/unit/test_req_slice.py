@@ -5,7 +5,7 @@ import pytest
 
 from hw.req_slice import DeviceRequestSlice, StreamRegisterSlice
 
-from pysim_util import as_int, check_stream, make_rng, simulate, Stall, sink
+from pysim_util import as_int, check_stream, make_rng, simulate, sink, source, Stall
 
 WIDTH = 20
 
@@ -68,14 +68,7 @@ def test_full_rate_again_after_a_stall():
     got_t = []
 
     async def src(ctx):
-        for k in range(n):
-            ctx.set(dut.i.payload, k)
-            ctx.set(dut.i.valid, 1)
-            while True:
-                *_, r = await ctx.tick().sample(dut.i.ready)
-                if r:
-                    break
-        ctx.set(dut.i.valid, 0)
+        await source(ctx, dut.i, range(n))
 
     async def dst(ctx):
         t = 0
@@ -136,15 +129,7 @@ def test_device_port_slice_carries_requests_and_passes_responses():
 
     def feeder(ch, items):
         async def proc(ctx):
-            s = getattr(dut.s, ch)
-            for it in items:
-                ctx.set(s.payload, it)
-                ctx.set(s.valid, 1)
-                while True:
-                    *_, r = await ctx.tick().sample(s.ready)
-                    if r:
-                        break
-            ctx.set(s.valid, 0)
+            await source(ctx, getattr(dut.s, ch), items)
         return proc
 
     def collector(ch):

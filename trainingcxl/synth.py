@@ -58,7 +58,7 @@ from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versi
 from .logic_depth import depth_markdown, logic_depth
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
-           "device_fit", "parse_yosys_stat", "block_utilization", "block_utilization_flat",
+           "placement_estimate", "device_fit", "parse_yosys_stat", "block_utilization", "block_utilization_flat",
            "fifo_ram_attrs", "xilinx_summary", "condense_path", "clean_source", "net_label",
            "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
            "XILINX_REFERENCE"]
@@ -635,8 +635,11 @@ def write_markdown(rep: dict) -> str:
             md.append("")
     stopped = rep.get("ecp5_pnr_stopped")
     if pnr is None and stopped:
+        est = stopped.get("placement_mhz")
         md.append(f"**Place and route stopped after {stopped['after_s']:g} s** (`--pnr-timeout`)"
-                  f": no Fmax. nextpnr's last progress line: `{stopped['last']}`.")
+                  f": no Fmax. nextpnr's last progress line: `{stopped['last']}`." +
+                  (f" Its estimate after placement, before routing: {est:.1f} MHz (routing "
+                   "delays estimated, not measured)." if est else ""))
         md.append("")
     elif pnr is None:
         md.append("Place and route not run (`--no-pnr`, or the design does not fit).")
@@ -753,6 +756,17 @@ def _last_info(log: pathlib.Path) -> str:
         if line.startswith("Info:") and line[5:].strip():
             return line[5:].strip()[:100]
     return ""
+
+
+def placement_estimate(log: pathlib.Path) -> float | None:
+    """nextpnr's estimated Fmax of the clock after placement (its first "Max frequency" line,
+    printed before routing starts), or None if placement did not finish."""
+    try:
+        text = log.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    m = re.search(r"^Info: Max frequency for clock '[^']*': ([0-9.]+) MHz", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def wait_background(ph: Phases, jobs: dict, heartbeat: float = 60.0, limits=None):
@@ -888,8 +902,10 @@ def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
         jobs["nextpnr-ecp5"] = (p, t, pnr_done)
         if args.pnr_timeout:
             def pnr_stopped():
+                log = out / "nextpnr.log"
                 rep["ecp5_pnr_stopped"] = {"after_s": args.pnr_timeout,
-                                           "last": _last_info(out / "nextpnr.log")}
+                                           "last": _last_info(log),
+                                           "placement_mhz": placement_estimate(log)}
                 return (f" (stopped by --pnr-timeout {args.pnr_timeout:g} s; last: "
                         f"{rep['ecp5_pnr_stopped']['last']})")
             limits = {"nextpnr-ecp5": (args.pnr_timeout, pnr_stopped)}

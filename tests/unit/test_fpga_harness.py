@@ -422,6 +422,21 @@ def test_place_and_route_stopped_after_its_time_limit(tmp_path):
     assert "block `csr` alone" in md
     assert "**Place and route stopped after 900 s** (`--pnr-timeout`): no Fmax." in md
     assert "`iter=9 overused=9296`" in md
+    assert "estimate after placement" not in md
+    rep["ecp5_pnr_stopped"]["placement_mhz"] = 40.74
+    assert "Its estimate after placement, before routing: 40.7 MHz" in synth.write_markdown(rep)
+
+
+def test_placement_estimate_from_the_nextpnr_log(tmp_path):
+    """The first "Max frequency" line (printed after placement), or None before it."""
+    log = tmp_path / "nextpnr.log"
+    assert synth.placement_estimate(log) is None
+    log.write_text("Info: HeAP Placer Time: 232.31s\nInfo: Routing..\n")
+    assert synth.placement_estimate(log) is None
+    log.write_text("Info: SA placement time 635.08s\n\n"
+                   "Info: Max frequency for clock '$glbnet$clk$TRELLIS_IO_IN': 40.74 MHz "
+                   "(FAIL at 100.00 MHz)\n\nInfo: Routing..\n")
+    assert synth.placement_estimate(log) == 40.74
 
 
 # From `stat -json` of `synth_xilinx -family xc7 -flatten` on the same harness (trimmed).

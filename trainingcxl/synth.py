@@ -58,7 +58,8 @@ from hw.yowasp_tools import ToolMissing, check_tools as _check_tools, dist_versi
 from .logic_depth import depth_markdown, logic_depth
 
 __all__ = ["main", "parse_args", "run_flow", "check_tools", "lpf_text", "parse_nextpnr_report",
-           "placement_estimate", "device_fit", "parse_yosys_stat", "block_utilization", "block_utilization_flat",
+           "placement_estimate", "device_fit", "parse_yosys_stat", "block_utilization",
+           "block_utilization_flat",
            "fifo_ram_attrs", "xilinx_summary", "condense_path", "clean_source", "net_label",
            "path_sources", "path_steps_summary", "write_markdown", "ToolMissing", "DEVICE",
            "XILINX_REFERENCE"]

@@ -1,10 +1,10 @@
 """Register slice on the device request port: requests reach the DCOH from flip-flops.
 
-Without it, an engine's request drove the DCOH's device lanes combinationally through the port
-mux (grant → line → snoop-filter, BITag and write-bucket lookups → take), and the lanes' take
-drove every engine's ``ready`` back through the mux: one path from the gather's read issue to
-the persist engine's log scan, 28 LUT levels in the flattened `fpga-ecp5` netlist
-(docs/fpga.md). The slice cuts it in both directions.
+The DCOH's device lanes decide in one cycle whether a request is taken (the line's snoop-filter,
+BITag and write-bucket lookups). Connected straight to the port mux, that decision would sit
+between every engine's request logic and every other engine's ``ready``: one combinational
+chain across the blocks (in the flattened `fpga-ecp5` netlist, the deepest path of the device:
+docs/fpga.md). The slice puts flip-flops on both sides of it.
 """
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring

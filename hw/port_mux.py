@@ -73,12 +73,25 @@ class RequestPortMux(wiring.Component):
         super().__init__(members)
 
     def _arbitrate(self, m, name, srcs, dst):
+        """``dst`` carries the granted one of ``srcs``; the grant is combinational or registered
+        (the module docstring)."""
+        grant = Signal(range(len(srcs)), name=f"{name}_grant")
         if self._registered:
-            return self._arbitrate_registered(m, name, srcs, dst)
+            self._registered_grant(m, srcs, dst, grant)
+        else:
+            self._combinational_grant(m, name, srcs, dst, grant)
+        with m.Switch(grant):
+            for i, src in enumerate(srcs):
+                with m.Case(i):
+                    m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload),
+                                 src.ready.eq(dst.ready)]
+
+    def _combinational_grant(self, m, name, srcs, dst, grant):
+        """The held grant while the granted request waits, else the highest-priority request
+        valid in this cycle."""
         n = len(srcs)
         held = Signal(range(n), name=f"{name}_held")
         hold = Signal(name=f"{name}_hold")
-        grant = Signal(range(n), name=f"{name}_grant")
         with m.If(hold):
             m.d.comb += grant.eq(held)
         with m.Else():
@@ -86,22 +99,11 @@ class RequestPortMux(wiring.Component):
                 with m.If(srcs[i].valid):
                     m.d.comb += grant.eq(i)
         m.d.sync += [hold.eq(dst.valid & ~dst.ready), held.eq(grant)]
-        with m.Switch(grant):
-            for i in range(n):
-                with m.Case(i):
-                    m.d.comb += [dst.valid.eq(srcs[i].valid), dst.payload.eq(srcs[i].payload),
-                                 srcs[i].ready.eq(dst.ready)]
 
-    def _arbitrate_registered(self, m, name, srcs, dst):
-        """The grant is a register: held while the granted request waits; after a transfer, or
+    def _registered_grant(self, m, srcs, dst, grant):
+        """``grant`` is a register: held while the granted request waits; after a transfer, or
         while the granted requester has no request, set to the highest-priority requester with a
         request valid in this cycle other than the one just served; else kept."""
-        grant = Signal(range(len(srcs)), name=f"{name}_grant")
-        with m.Switch(grant):
-            for i, src in enumerate(srcs):
-                with m.Case(i):
-                    m.d.comb += [dst.valid.eq(src.valid), dst.payload.eq(src.payload),
-                                 src.ready.eq(dst.ready)]
         with m.If(~dst.valid | dst.ready):
             # (the granted requester, if valid, is taken now: not a candidate while ready;
             # written without the port's valid so no other requester's logic shares it)

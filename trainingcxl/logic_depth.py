@@ -51,21 +51,24 @@ def _bit_names(mod):
     return {b: (label, src) for b, (_, label, src) in best.items()}
 
 
-def _project_src(src, root):
-    """The first ``file:line`` of a Yosys ``src`` attribute inside ``root`` (else None)."""
+def _design_line(src, source, root):
+    """The first location of a Yosys ``src`` attribute (``|``-separated) that ``source`` maps
+    to a path under ``root``, as ``file:line`` (else None)."""
     for part in src.split("|"):
-        if root in part:
-            path, _, pos = part.rpartition(":")
-            line = pos.split(".")[0]
-            return f"{path[path.index(root):]}:{line}"
+        loc = source(part)
+        if loc and loc.startswith(root):
+            path, _, pos = loc.rpartition(":")
+            return f"{path}:{pos.split('.')[0]}"
     return None
 
 
-def logic_depth(netlist: dict, top: str, *, paths: int = 5, root: str = "hw/") -> dict:
+def logic_depth(netlist: dict, top: str, *, source, paths: int = 5, root: str = "hw/") -> dict:
     """Depth histogram of every endpoint and the ``paths`` deepest paths of ``top`` (a
     flattened module of a Yosys JSON ``netlist``), each ending in a different block pair (the
     first two parts of the start and end net names), with their steps by source line under
-    ``root``. Raises ValueError if ``top`` still instantiates modules of the netlist."""
+    ``root``; ``source`` maps a Yosys source location to one relative to the checkout, or to
+    None (``trainingcxl.synth.clean_source``). Raises ValueError if ``top`` still instantiates
+    modules of the netlist."""
     mod = netlist["modules"][top]
     cells = mod["cells"]
     user = {k for k, v in netlist["modules"].items()
@@ -126,7 +129,7 @@ def logic_depth(netlist: dict, top: str, *, paths: int = 5, root: str = "hw/") -
         steps = []
         for x in reversed(chain):
             label, src = names.get(x, (str(x), ""))
-            where = _project_src(src, root)
+            where = _design_line(src, source, root)
             if where and (not steps or steps[-1]["src"] != where):
                 steps.append({"depth": round(dist[x], 2), "src": where, "net": label})
         out.append({"depth": round(dist[b], 2), "start": names.get(chain[-1], ("?",))[0],

@@ -846,7 +846,7 @@ def run_flow(args, block: str | None = None, sub: str | None = None) -> dict:
     if args.map in ("abc-flat", "abc9"):
         netlist = json.loads((out / f"{HARNESS_NAME}.json").read_text())
         t = ph.start("logic-depth", "longest combinational paths of the flattened netlist")
-        rep["logic_depth"] = d = logic_depth(netlist, HARNESS_NAME)
+        rep["logic_depth"] = d = logic_depth(netlist, HARNESS_NAME, source=clean_source)
         ph.done("logic-depth", t, f" (deepest {d['max_depth']:g} levels)")
     if args.map == "abc-flat":
         rep["ecp5_blocks"] = block_utilization_flat(netlist, HARNESS_NAME, DEVICE_INSTANCE,

@@ -3,6 +3,7 @@ path with its source lines, one path per block pair, and a refused hierarchical 
 import pytest
 
 from trainingcxl.logic_depth import depth_markdown, logic_depth
+from trainingcxl.synth import REPO_ROOT, clean_source
 
 BB = {"attributes": {"blackbox": "1"}}
 
@@ -33,14 +34,14 @@ def netlist():
         "ff_d": cell("TRELLIS_FF", CLK=[1], DI=[11], Q=[12]),
     }
     nets = {
-        "dev.gather.q": net([2], "/x/hw/gather/engine.py:10.1-10.5"),
-        "dev.gather.sel": net([3, 4], "/x/hw/gather/engine.py:12.3-12.9"),
-        "dev.mux.grant": net([5], "/x/hw/port_mux.py:63.1-63.2"),
+        "dev.gather.q": net([2], f"{REPO_ROOT}/hw/gather/engine.py:10.1-10.5"),
+        "dev.gather.sel": net([3, 4], f"{REPO_ROOT}/hw/gather/engine.py:12.3-12.9"),
+        "dev.mux.grant": net([5], f"{REPO_ROOT}/hw/port_mux.py:63.1-63.2"),
         "$auto$carry": net([6], "/share/lattice/arith_map_ccu2c.v:63.2-63.3"),
-        "dev.persist.stop": net([7], "/x/hw/persist/engine.py:99.1-99.2"),
+        "dev.persist.stop": net([7], f"{REPO_ROOT}/hw/persist/engine.py:99.1-99.2"),
         "dev.persist.q": net([8]),
-        "dev.cp.a": net([10], "/x/hw/cmdproc/ring.py:5.1-5.2"),
-        "dev.cp.b": net([11], "/x/hw/cmdproc/ring.py:6.1-6.2"),
+        "dev.cp.a": net([10], f"{REPO_ROOT}/hw/cmdproc/ring.py:5.1-5.2"),
+        "dev.cp.b": net([11], f"{REPO_ROOT}/hw/cmdproc/ring.py:6.1-6.2"),
         "dev.cp.q": net([12]),
     }
     return {"modules": {"top": {"cells": cells, "netnames": nets}, "LUT4": BB,
@@ -48,7 +49,7 @@ def netlist():
 
 
 def test_deepest_path_depth_and_source_lines():
-    d = logic_depth(netlist(), "top")
+    d = logic_depth(netlist(), "top", source=clean_source)
     # LUT 1 + LUT 1 + carry entry 1 + one carry cell rippled 0.05 + LUT 1
     assert d["max_depth"] == pytest.approx(4.05)
     p = d["paths"][0]
@@ -60,7 +61,7 @@ def test_deepest_path_depth_and_source_lines():
 
 
 def test_one_path_per_block_pair_and_histogram():
-    d = logic_depth(netlist(), "top")
+    d = logic_depth(netlist(), "top", source=clean_source)
     assert [(p["start"], p["end"], p["depth"]) for p in d["paths"]] == [
         ("dev.gather.q", "dev.persist.stop", 4.05), ("dev.cp.a", "dev.cp.b", 1.0)]
     # endpoint bits: the flip-flops' data inputs (clocks aside; two driven by nothing, at 0)
@@ -75,4 +76,4 @@ def test_hierarchical_netlist_is_refused():
                                             "port_directions": {}}
     nl["modules"]["child"] = {"cells": {}, "netnames": {}}
     with pytest.raises(ValueError, match="not flattened: it instantiates child"):
-        logic_depth(nl, "top")
+        logic_depth(nl, "top", source=clean_source)

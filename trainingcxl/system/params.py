@@ -115,11 +115,13 @@ PARAMS: dict[str, Param] = {p.name: p for p in _P}
 
 # device clock scenarios
 CLOCKS: dict[str, Param] = {
-    "fpga": Param("clock_hz", 24.3e6, "Hz", "measured",
-                  "docs/fpga.md (Status with the full device): nextpnr's estimated Fmax after "
-                  "placement of the full device, `fpga-ecp5` configuration, on LFE5UM5G-85F "
-                  "speed 8 (measured 2026-12-02 at 6e61ae9, before the media port's register "
-                  "slice); routing did not finish, so no routed Fmax is measured",
+    "fpga": Param("clock_hz", 40.7e6, "Hz", "measured",
+                  "docs/fpga.md (The device request port registered): nextpnr's estimated Fmax "
+                  "after placement of the full device, `fpga-ecp5` configuration, on "
+                  "LFE5UM5G-85F speed 8, nextpnr seed 1 (measured 2026-12-07 on 3985a97's hw, "
+                  "with the request slice and registered port-mux grants); a placement "
+                  "estimate: router1 was stopped by its time limit, so the device is not "
+                  "routed and no routed Fmax is measured",
                   sensitivity=False),
     "fpga-target": Param("clock_hz", 100e6, "Hz", "spec",
                          "docs/fpga.md: the FPGA timing target (100 MHz, not met)",

@@ -1,17 +1,17 @@
 """RingRegisters: the command/completion ring configuration, indices and doorbell checks."""
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
 from ..encodings import DeviceError
 from .errors import error_event_layout
+from .ring_checks import MAX_RING, RingConfigChecks
 
 __all__ = ["RingRegisters", "RING_REGS", "MAX_RING"]
 
 # ring registers the processor owns (value in, restore out)
 RING_REGS = ("cmd_base_lo", "cmd_base_hi", "cmd_size", "cpl_base_lo", "cpl_base_hi", "cmd_tail")
-MAX_RING = 65536
 
 
 def checked_csr_addr(csr_addr: dict) -> dict:
@@ -36,7 +36,9 @@ class RingRegisters(wiring.Component):
     - ``cmd_tail`` (the doorbell): checked in order (not ``ready``: NOT_READY; ring size not a
       power of two in 2..65536 or a ring not 64 B aligned inside the staging region:
       RING_CONFIG; tail >= size: DOORBELL_RANGE; more new descriptors than free entries:
-      RING_OVERFLOW); a refused value is written back.
+      RING_OVERFLOW); a refused value is written back. The configuration checks, the mask and
+      the free-entry count come registered from :class:`RingConfigChecks`, which computes them
+      from the registers' next values: the doorbell's own path compares only the new tail.
 
     ``recover_req`` passes to ``recover`` only while nothing executes or is pending and the
     persist engine is idle, else CSR_BUSY with the CONTROL address.
@@ -99,25 +101,29 @@ class RingRegisters(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        s_base = self._cfg.staging_base
-        s_end = self._cfg.staging_base + self._cfg.staging_size
         cmd_base, cpl_base, head, seq = self.cmd_base, self.cpl_base, self.head, self.seq
         size = Signal(32)
         tail = Signal(32)
-        mask = self.mask
-        m.d.comb += [mask.eq(size - 1), self.pending.eq(head != tail)]
+        m.d.comb += self.pending.eq(head != tail)
         ev = self.error
         busy_now = self.pending | self.executing
 
         # ---- configuration registers (sampled one cycle after the pulse) --------------------
+        # Each register's next value (``<r>_nx``) is the written one when it is accepted, else
+        # the current one; the configuration checks and ``mask`` are registered from the next
+        # values, so they change at the same edge as the registers they check.
         sw_d = {r: Signal(name=f"{r}_swmod_d") for r in RING_REGS}
         for r in RING_REGS:
             m.d.sync += sw_d[r].eq(getattr(self, r + "_swmod"))
         shadow = {"cmd_base_lo": cmd_base[:32], "cmd_base_hi": cmd_base[32:],
                   "cmd_size": size, "cpl_base_lo": cpl_base[:32], "cpl_base_hi": cpl_base[32:]}
-        for r in RING_REGS:
-            if r == "cmd_tail":
-                continue
+        nxt = {r: Signal(32, name=f"{r}_nx") for r in shadow}
+        head_nx, tail_nx = Signal(32), Signal(32)
+        m.d.comb += [nxt[r].eq(shadow[r]) for r in shadow]
+        m.d.sync += [shadow[r].eq(nxt[r]) for r in shadow]
+        m.d.comb += [head_nx.eq(head), tail_nx.eq(tail)]
+        m.d.sync += [head.eq(head_nx), tail.eq(tail_nx)]
+        for r in shadow:
             with m.If(sw_d[r]):
                 with m.If(busy_now):
                     m.d.comb += [ev.valid.eq(1), ev.code.eq(DeviceError.CSR_BUSY),
@@ -125,39 +131,34 @@ class RingRegisters(wiring.Component):
                                  getattr(self, r + "_we").eq(1),
                                  getattr(self, r + "_next").eq(shadow[r])]
                 with m.Else():
-                    m.d.sync += [shadow[r].eq(getattr(self, r)), head.eq(0), tail.eq(0),
-                                 seq.eq(0)]
+                    m.d.comb += [nxt[r].eq(getattr(self, r)), head_nx.eq(0), tail_nx.eq(0)]
+                    m.d.sync += seq.eq(0)
                     m.d.comb += [self.cmd_tail_we.eq(1), self.cmd_tail_next.eq(0)]
+        checks = RingConfigChecks(self._cfg)
+        m.submodules.checks = checks
+        m.d.comb += [checks.size.eq(nxt["cmd_size"]),
+                     checks.cmd_base.eq(Cat(nxt["cmd_base_lo"], nxt["cmd_base_hi"])),
+                     checks.cpl_base.eq(Cat(nxt["cpl_base_lo"], nxt["cpl_base_hi"])),
+                     checks.head.eq(head_nx), checks.tail.eq(tail_nx)]
+        m.d.comb += self.mask.eq(checks.mask)
 
         # ---- doorbell: ring configuration checks, then the new tail ------------------------
-        size_ok = Signal()
-        m.d.comb += size_ok.eq((size >= 2) & (size <= MAX_RING) & ((size & (size - 1)) == 0))
-        ring_bytes = size * 64
-
-        def ring_ok(base):
-            return ((base[:6] == 0) & (base >= s_base) & (base + ring_bytes <= s_end))
         v = self.cmd_tail
         n_new = Signal(32)
-        free = Signal(32)
-        m.d.comb += [n_new.eq((v - tail) & mask), free.eq(size - 1 - ((tail - head) & mask))]
+        m.d.comb += n_new.eq((v - tail) & checks.mask)
         with m.If(sw_d["cmd_tail"]):
             bad = Signal()
             m.d.comb += bad.eq(1)
             with m.If(~self.ready):
                 m.d.comb += [ev.code.eq(DeviceError.NOT_READY), ev.value.eq(v)]
-            with m.Elif(~size_ok):
-                m.d.comb += [ev.code.eq(DeviceError.RING_CONFIG), ev.value.eq(size)]
-            with m.Elif(~ring_ok(cmd_base)):
-                m.d.comb += [ev.code.eq(DeviceError.RING_CONFIG), ev.value.eq(cmd_base)]
-            with m.Elif(~ring_ok(cpl_base)):
-                m.d.comb += [ev.code.eq(DeviceError.RING_CONFIG), ev.value.eq(cpl_base)]
+            with m.Elif(checks.error.valid):
+                m.d.comb += [ev.code.eq(checks.error.code), ev.value.eq(checks.error.value)]
             with m.Elif(v >= size):
                 m.d.comb += [ev.code.eq(DeviceError.DOORBELL_RANGE), ev.value.eq(v)]
-            with m.Elif(n_new > free):
+            with m.Elif(n_new > checks.free):
                 m.d.comb += [ev.code.eq(DeviceError.RING_OVERFLOW), ev.value.eq(v)]
             with m.Else():
-                m.d.comb += bad.eq(0)
-                m.d.sync += tail.eq(v)
+                m.d.comb += [bad.eq(0), tail_nx.eq(v)]
             with m.If(bad):
                 m.d.comb += [ev.valid.eq(1), self.cmd_tail_we.eq(1),
                              self.cmd_tail_next.eq(tail)]
@@ -171,5 +172,6 @@ class RingRegisters(wiring.Component):
                 m.d.comb += self.recover.eq(1)
 
         with m.If(self.advance):
-            m.d.sync += [head.eq((head + 1) & mask), seq.eq(seq + 1)]
+            m.d.comb += head_nx.eq((head + 1) & checks.mask)
+            m.d.sync += seq.eq(seq + 1)
         return m

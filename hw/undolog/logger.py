@@ -213,8 +213,7 @@ class UndoLogger(wiring.Component):
         c_bad = Signal()
         row_bad = Signal()
         m.d.comb += row_bad.eq(c_bad | src_err)
-        last = Signal()
-        m.d.comb += last.eq(k == n_lines - 1)
+        last = Signal()           # k == n_lines - 1 (the row's last line), kept in a register
         # a logged line is taken only when the writer can queue it and, for the last, its header
         can_take = have & (~c_wr | (writer.lines.ready & (~last | writer.header.ready)))
         m.d.comb += [self.tee_lines.ready.eq(can_take & ~c_ens),
@@ -233,7 +232,7 @@ class UndoLogger(wiring.Component):
         with m.If(rm_pending):           # (before the set below: a new removal wins)
             m.d.sync += rm_pending.eq(0)
         with m.If(line_fire):
-            m.d.sync += [k.eq(k + 1), c_bad.eq(row_bad)]
+            m.d.sync += [k.eq(k + 1), last.eq(k + 2 == n_lines), c_bad.eq(row_bad)]
             with m.If(c_wr):
                 m.d.comb += writer.lines.valid.eq(1)
                 m.d.sync += crc.eq(crc_nx)
@@ -256,7 +255,8 @@ class UndoLogger(wiring.Component):
             m.d.sync += rd_k.eq(rd_k + 1)
 
         def start(row, *, write, ens):
-            m.d.sync += [have.eq(1), k.eq(0), rd_k.eq(0), crc.eq(CRC32_INIT), c_bad.eq(0),
+            m.d.sync += [have.eq(1), k.eq(0), last.eq(row.dim_log == 0), rd_k.eq(0),
+                         crc.eq(CRC32_INIT), c_bad.eq(0),
                          c_table.eq(row.table), c_row.eq(row.row), c_addr.eq(row.addr),
                          c_dl.eq(row.dim_log), c_wr.eq(write), c_ens.eq(ens)]
             if write:

@@ -7,21 +7,23 @@ slots, superblock, staging) and the error/ring/IRQ CSRs.
 
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every AXI
 channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's row
-tracker (its ways and victim CAM full, repeats joining), its entries under long joins and
-reuse, and two crowded sets with random repeats; recovery of an undo log longer than the
-recovery scan's window (after a power cycle, and by RECOVER alone), and with rollback writes
-slower than the record reads; two aborted attempts of a batch with logged-set overflow
-(re-logging, recovery epoch); re-logging a row whose previous update is still in flight (a bug
-this test found: the record held the row from before that update), also in a later way of its
-tracker set; doorbell before recovery and CSR misuse; a sweep of every register of the map (the
-ring's included); ring errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring
-registers and RECOVER while busy; RING_CONFIG's value for a size with bit 26 set); a ring
-of 8192 slots taking 4096 descriptors in one doorbell; every
-descriptor-level error followed by recovery of the partly applied UPDATEs; the command
-processor's width checks before the engine checks (completions also checked against the
-contract's expected status/value); LOOKUP/UPDATE descriptors with fields drawn over their whole
-width, each failing a check; the interrupt line; addresses, batch numbers, epochs, tags and
-table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
+tracker (its ways and victim CAM full, repeats joining), its entries under long joins and reuse
+(rows of one and two lines), and two crowded sets with random repeats; the gradient stage
+reading ahead of a blocked row stage until the delta ring is full; one row in 320 bags (the
+write stage waiting for each bag's delta line); recovery of an undo log longer than the recovery
+scan's window (after a power cycle, and by RECOVER alone), and with rollback writes slower than
+the record reads; two aborted attempts of a batch with logged-set overflow (re-logging, recovery
+epoch); re-logging a row whose previous update is still in flight (a bug this test found: the
+record held the row from before that update), also in a later way of its tracker set; doorbell
+before recovery and CSR misuse; a sweep of every register of the map (the ring's included); ring
+errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER
+while busy; RING_CONFIG's value for a size with bit 26 set); a ring of 8192 slots taking 4096
+descriptors in one doorbell; every descriptor-level error followed by recovery of the partly
+applied UPDATEs; the command processor's width checks before the engine checks (completions also
+checked against the contract's expected status/value); LOOKUP/UPDATE descriptors with fields
+drawn over their whole width, each failing a check; the interrupt line; addresses, batch
+numbers, epochs, tags and table ids across their whole ranges (two batches with snapshots past
+2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -313,6 +315,95 @@ async def device_update_tracker_crowded_sets_random_repeats(dut, other):
     g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
     await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(order), tb.stage_i32(g),
                          batch=1, tag=1, nolog=True)], "crowded tracker sets")
+    await tb.check("after the UPDATE")
+
+
+@cocotb.test()
+async def device_update_victim_joins_of_two_line_rows(dut):
+    """The tracker-entry case above with rows of two lines (dim 32): one NOLOG UPDATE at PMEM
+    latency 300 where the 8 ways of one row tracker set take a row each and the 16 victims a
+    row each, twice in a row (the repeat joins its entry, adding two lines); then 600 rows of
+    the other sets (1200 lines, more than the 1024-line forwarding ring), then the 24 rows
+    again in a random order. Tables equal the model. Written for mutant 3 of
+    ``hw/update/row_cam.py:131`` (bit 0 of the line count forced 1 in victim 6's join: the
+    entry counts three lines for two and never frees, so its row's repeat after the gap is
+    forwarded an overwritten line); the one-line test above cannot show it."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=300, name="victim_joins_dim32")
+    cfg = tb.cfg
+    dim, set_bits = 32, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    ways, nv, n_gap = cfg.upd_ways, cfg.upd_victims, 600
+    n_rows = 1 << 20
+    s = int(tb.rng.integers(0, 1 << set_bits))
+    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, ways + nv + n_gap, replace=False)]
+    others = [t for t in range(1 << set_bits) if t != s]
+
+    def in_set(h, t):
+        return (h << set_bits) | (t ^ row_set(h << set_bits, set_bits))
+    mine = [in_set(h, s) for h in his[:ways + nv]]
+    gap = [in_set(h, others[k % len(others)]) for k, h in enumerate(his[ways + nv:])]
+    await _sparse_table(tb, n_rows, dim, mine + gap, lr=0.01)
+    order = (mine[:ways] + [v for v in mine[ways:] for _ in range(2)] + gap
+             + [mine[i] for i in tb.rng.permutation(ways + nv)])
+    nb = 8
+    o = np.linspace(0, len(order), nb + 1).astype(np.uint32)
+    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(order), tb.stage_i32(g), batch=1,
+                         tag=1, nolog=True)], "victim joins of two-line rows")
+    await tb.check("after the UPDATE")
+
+
+@cocotb.test()
+@cocotb.parametrize(before=[4, 6])
+async def device_update_grad_reads_ahead_of_a_blocked_row_stage(dut, before):
+    """One NOLOG UPDATE at PMEM read latency 20, write latency 600, dim 128 (8 gradient lines a
+    bag), 64 bags of one row each: ``before`` rows of other row tracker sets, then 60 rows of
+    one set, so the row stage blocks on the 25th (the set's ways and all victims hold rows
+    whose writes are not acknowledged) while the gradient stage reads ahead for the bags
+    queued behind it until the 128-line delta ring is full. Tables equal the model. Written
+    for mutant 65 of ``hw/update/grads.py:60`` (bit 5 of the ring lines taken, ``alloc``,
+    read inverted; the register reloads its own output, so the count seen alternates between
+    true and 32 off): with ``before`` 4 or 6 the ring fills when bit 5 of the count is set,
+    the stage reads up to 31 lines past a full ring and overwrites deltas the blocked bags
+    still need (with 24 rows before the block, bit 5 is clear there and the mutant only
+    waits)."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=20, write_latency=600, name=f"ring_ahead/before{before}")
+    cfg, rng = tb.cfg, tb.rng
+    dim, set_bits = 128, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    n_rows, nb = 1 << 16, 64
+    s = int(rng.integers(0, 1 << set_bits))
+    his = [int(h) for h in rng.choice(n_rows >> set_bits, nb, replace=False)]
+    rows = [(h << set_bits) | ((s if k >= before else s ^ (1 + k)) ^ row_set(h << set_bits,
+                                                                           set_bits))
+            for k, h in enumerate(his)]
+    assert sum(row_set(r, set_bits) == s for r in rows) == nb - before, rows
+    await _sparse_table(tb, n_rows, dim, rows, lr=0.1)
+    o = np.arange(nb + 1).astype(np.uint32)
+    g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(rows), tb.stage_i32(g),
+                         batch=1, tag=1, nolog=True)], "gradient reads ahead")
+    await tb.check("after the UPDATE")
+
+
+@cocotb.test()
+async def device_update_one_row_in_320_bags(dut):
+    """One NOLOG UPDATE at PMEM latency 200, dim 16: 320 bags of one item, all the same row
+    (the first reads it, every later one joins it while in flight and is forwarded the
+    previous result), so the write stage waits for each bag's delta line, with the ring full,
+    past the 256th line. The table equals the model. Written for mutant 66 of
+    ``hw/update/delta.py:106`` (bit 7 of the delta lines written, ``filled``, forced 1: while
+    the lines written modulo 256 are below 128 the write stage sees 128 more, takes a bag's
+    line as written before it is and uses the ring's stale line)."""
+    tb = DeviceTB(dut, latency=200, name="one_row_320_bags")
+    cfg, rng = tb.cfg, tb.rng
+    dim, nb, n_rows = 16, 320, 1 << 16
+    r = int(rng.integers(0, n_rows))
+    await _sparse_table(tb, n_rows, dim, [r], lr=0.1)
+    o = np.arange(nb + 1).astype(np.uint32)
+    g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32([r] * nb), tb.stage_i32(g),
+                         batch=1, tag=1, nolog=True)], f"row {r} in {nb} bags")
     await tb.check("after the UPDATE")
 
 

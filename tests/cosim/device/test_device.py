@@ -14,16 +14,17 @@ write stage waiting for each bag's delta line); recovery of an undo log longer t
 scan's window (after a power cycle, and by RECOVER alone), and with rollback writes slower than
 the record reads; two aborted attempts of a batch with logged-set overflow (re-logging, recovery
 epoch); re-logging a row whose previous update is still in flight (a bug this test found: the
-record held the row from before that update), also in a later way of its tracker set; doorbell
-before recovery and CSR misuse; a sweep of every register of the map (the ring's included); ring
-errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER
-while busy; RING_CONFIG's value for a size with bit 26 set); a ring of 8192 slots taking 4096
-descriptors in one doorbell; every descriptor-level error followed by recovery of the partly
-applied UPDATEs; the command processor's width checks before the engine checks (completions also
-checked against the contract's expected status/value); LOOKUP/UPDATE descriptors with fields
-drawn over their whole width, each failing a check; the interrupt line; addresses, batch
-numbers, epochs, tags and table ids across their whole ranges (two batches with snapshots past
-2^40, a rollback).
+record held the row from before that update), also in a later way of its tracker set and in
+victims of the tracker's CAM; a LOOKUP+LOG repeating a row just inserted into each way of its
+logged set (decided from the set's bypass); doorbell before recovery and CSR misuse; a sweep of
+every register of the map (the ring's included); ring errors (RING_CONFIG, DOORBELL_RANGE,
+RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while busy; RING_CONFIG's value for a
+size with bit 26 set); a ring of 8192 slots taking 4096 descriptors in one doorbell; every
+descriptor-level error followed by recovery of the partly applied UPDATEs; the command
+processor's width checks before the engine checks (completions also checked against the
+contract's expected status/value); LOOKUP/UPDATE descriptors with fields drawn over their whole
+width, each failing a check; the interrupt line; addresses, batch numbers, epochs, tags and
+table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -639,6 +640,123 @@ async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
                  f"relog of row {R} in way {way}")
     assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
     await tb.check(f"after the UPDATE (row {R} relogged in way {way})")
+
+
+async def _relog_of_row_in_entry(tb, *, before, r_ok, what):
+    """The relog case of ``device_relog_of_row_in_flight_in_a_later_way`` with ``before``
+    rows of R's row tracker set in flight when R enters (``upd_ways`` + v puts R in victim
+    v), R drawn among the rows of logged-set set 0 of a table of 2^21 rows with ``r_ok(R)``.
+    A LOOKUP+LOG logs 8 other rows of set 0 (R then overflows it and is logged every time
+    it is met), the ``before`` rows and 400 rows of other tracker sets (at most 4 a set, so
+    they take no victim), each in a logged set of its own; the UPDATE reads the 400 rows,
+    the ``before`` rows twice, then R twice. Tables, log and completions equal the model."""
+    from hw.update.rows import row_set
+    cfg, rng = tb.cfg, tb.rng
+    sets, lways = cfg.log_set_sets, cfg.log_set_ways
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    lo = sets.bit_length() - 1
+    n_rows, dim, n_x = 1 << 21, 16, 400
+
+    def tset(r):
+        return row_set(r, set_bits)
+
+    def lset(r):                  # logged-set set of a row of table 0
+        return (r ^ r >> lo) & (sets - 1)
+    set0 = [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo) for a in range(1, sets)]
+    R = int(rng.choice([r for r in set0 if r_ok(r)]))
+    fill = [int(r) for r in rng.permutation([r for r in set0 if tset(r) != tset(R)])[:lways]]
+    used, held, xs, per_set = {0}, [], [], collections.Counter()
+    for r in (int(x) for x in rng.integers(0, n_rows, 200_000)):
+        if len(held) < before and tset(r) == tset(R) and lset(r) not in used:
+            held.append(r)
+            used.add(lset(r))
+        elif (len(xs) < n_x and tset(r) != tset(R) and lset(r) not in used
+              and per_set[tset(r)] < 4):
+            xs.append(r)
+            used.add(lset(r))
+            per_set[tset(r)] += 1
+    assert len(held) == before and len(xs) == n_x, (len(held), len(xs))
+    await _sparse_table(tb, n_rows, dim, fill + held + xs + [R], lr=0.5)
+    nb = 4
+    looked = fill + held + xs
+    lo_a = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))
+    rows = xs + held * 2 + [R, R]
+    o = tb.stage_u32(np.linspace(0, len(rows), nb + 1).astype(np.uint32))
+    g = tb.stage_i32(rng.integers(-2**26, 2**26, (nb, dim)))
+    await tb.run([lookup(0, nb, lo_a, tb.stage_u32(looked), tb.out_area(nb * dim * 4), batch=1,
+                         tag=1),
+                  update(0, nb, o, tb.stage_u32(rows), g, batch=1, tag=2)],
+                 f"relog of row {R} ({what})")
+    assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
+    await tb.check(f"after the UPDATE (row {R} relogged, {what})")
+
+
+RELOG_ENTRIES = {   # place of R: (rows of its tracker set before it, condition on R)
+    "way2_row_bit20": (2, lambda r: r >> 20 & 1),
+    "victim11": (8 + 11, lambda r: True),
+    "victim12_row_bit13": (8 + 12, lambda r: r >> 13 & 1),
+}
+
+
+@cocotb.test()
+@cocotb.parametrize(place=sorted(RELOG_ENTRIES))
+async def device_relog_of_row_in_flight_in_other_tracker_entries(dut, place):
+    """The relog case with row R in way 2 of its row tracker set with bit 20 set, in victim
+    11, and in victim 12 with bit 13 set (``_relog_of_row_in_entry``), at PMEM read latency
+    20 and write latency 300: the second record of R must hold R after its first update.
+    Written for the mutants of the undo logger's tracker query (``q2_hit``): 22
+    (``hw/update/rows.py:173``, way 2's row compare with bit 20 of the query forced 0), 38
+    (``hw/update/row_cam.py:105``, victim 11's compare with bit 25 of its row forced 1) and
+    11 (same line, victim 12's compare with bit 25 of the query inverted when bit 13 is
+    set), which let the logger read R while its first write is pending."""
+    tb = DeviceTB(dut, latency=20, write_latency=300, name=f"relog_{place}")
+    await tb.power_on()
+    await tb.recover()
+    before, r_ok = RELOG_ENTRIES[place]
+    await _relog_of_row_in_entry(tb, before=before, r_ok=r_ok, what=place)
+
+
+@cocotb.test()
+@cocotb.parametrize(latency=[1, 20])
+async def device_logged_set_repeat_of_a_row_just_inserted(dut, latency):
+    """One LOOKUP+LOG of dim 64 (four lines a row; table 0), then its COMMIT (a LOOKUP
+    completes before its records are persistent): for each way w of the logged set, in sets
+    of their own, w rows of the set, then a row R two or three times in a row. R misses, is
+    logged and inserted into way w; its repeat is loaded into the lookup stage as R is
+    decided and waits there while R's lines are taken, so it is decided from the bypass
+    (``SetPatch``: the way's key written since the read and equal to the loaded one) and must
+    hit: one record per row. Log, tables and completions equal the model. Written for
+    mutant 88 of ``hw/undolog/logged_set.py:282`` (bit 6 of ``key_match`` forced 0 when no
+    key is loaded: R in way 6 was logged again)."""
+    tb = DeviceTB(dut, latency=latency, name=f"logged_set_repeat/lat{latency}")
+    await tb.power_on()
+    await tb.recover()
+    cfg, rng = tb.cfg, tb.rng
+    sets, ways = cfg.log_set_sets, cfg.log_set_ways
+    lo = sets.bit_length() - 1
+    n_rows, dim = 1 << 20, 64
+    fresh = iter(int(s) for s in rng.permutation(np.arange(1, sets)))
+    used = set()
+
+    def row_in(s):                # a new row of table 0 in logged-set set s
+        while True:
+            hi = int(rng.integers(0, n_rows >> lo))
+            r = hi << lo | (s ^ (hi & (sets - 1)))
+            if r not in used:
+                used.add(r)
+                return r
+    seq = []
+    for w in range(ways):
+        for times in (2, 3):
+            s = next(fresh)
+            ks = [row_in(s) for _ in range(w + 1)]
+            seq += ks[:w] + [ks[w]] * times
+    await _sparse_table(tb, n_rows, dim, sorted(used), lr=0.5)
+    nb = 8
+    o = tb.stage_u32(np.linspace(0, len(seq), nb + 1).astype(np.uint32))
+    await tb.run([lookup(0, nb, o, tb.stage_u32(seq), tb.out_area(nb * dim * 4), batch=1, tag=1),
+                  commit(1, tag=2)], "repeats of rows just inserted")
+    await tb.check("after the LOOKUP+LOG and its COMMIT")
 
 
 # ---------------------------------------------------------------------------- 2. bad input

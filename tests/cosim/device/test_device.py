@@ -16,15 +16,16 @@ the record reads; two aborted attempts of a batch with logged-set overflow (re-l
 epoch); re-logging a row whose previous update is still in flight (a bug this test found: the
 record held the row from before that update), also in a later way of its tracker set and in
 victims of the tracker's CAM; a LOOKUP+LOG repeating a row just inserted into each way of its
-logged set (decided from the set's bypass); doorbell before recovery and CSR misuse; a sweep of
-every register of the map (the ring's included); ring errors (RING_CONFIG, DOORBELL_RANGE,
-RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while busy; RING_CONFIG's value for a
-size with bit 26 set); a ring of 8192 slots taking 4096 descriptors in one doorbell; every
-descriptor-level error followed by recovery of the partly applied UPDATEs; the command
-processor's width checks before the engine checks (completions also checked against the
-contract's expected status/value); LOOKUP/UPDATE descriptors with fields drawn over their whole
-width, each failing a check; the interrupt line; addresses, batch numbers, epochs, tags and
-table ids across their whole ranges (two batches with snapshots past 2^40, a rollback).
+logged set (decided from the set's bypass); recovery from an epoch with bit 63 set; doorbell
+before recovery and CSR misuse; a sweep of every register of the map (the ring's included); ring
+errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER
+while busy; RING_CONFIG's value for a size with bit 26 set); a ring of 8192 slots taking 4096
+descriptors in one doorbell; every descriptor-level error followed by recovery of the partly
+applied UPDATEs; the command processor's width checks before the engine checks (completions also
+checked against the contract's expected status/value); LOOKUP/UPDATE descriptors with fields
+drawn over their whole width, each failing a check; the interrupt line; addresses, batch
+numbers, epochs, tags and table ids across their whole ranges (two batches with snapshots past
+2^40, a rollback).
 
 Not covered here: ``LOG_FULL`` (the default log region has 1.8 M slots; a configuration with a
 136-slot log runs it in tests/cosim/device/test_device_log_full.py and, under crashes, in
@@ -757,6 +758,28 @@ async def device_logged_set_repeat_of_a_row_just_inserted(dut, latency):
     await tb.run([lookup(0, nb, o, tb.stage_u32(seq), tb.out_area(nb * dim * 4), batch=1, tag=1),
                   commit(1, tag=2)], "repeats of rows just inserted")
     await tb.check("after the LOOKUP+LOG and its COMMIT")
+
+
+@cocotb.test()
+async def device_recovery_epoch_with_bit_63_set(dut):
+    """The superblock's ``recovery_epoch`` set by backdoor to a random value with bit 63 set,
+    then to 2^64 - 1, each followed by a power cycle and RECOVER: recovery writes E+1 (modulo
+    2^64, so 0 the second time; docs of ``hw/persist/engine.py``); memory and COMMITTED equal
+    the model. ``device_full_range_fields`` keeps the epoch below 2^63. Written for mutant 84
+    of ``hw/persist/engine.py:353`` (bit 17 of E inverted when bit 63 is set, in the copy of
+    E+1 that is written)."""
+    tb = DeviceTB(dut, latency=16, name="epoch_bit63")
+    cfg, rng = tb.cfg, tb.rng
+    off = next(o for n, o, _ in SB_FIELDS if n == "recovery_epoch")
+    await tb.power_on()
+    await tb.recover()
+    for e in (int(rng.integers(1 << 63, 1 << 64, dtype=np.uint64)), (1 << 64) - 1):
+        tb.poke(cfg.superblock_base + off, e.to_bytes(8, "little"))
+        await tb.power_on()
+        await tb.recover()
+        await tb.check(f"after recovery from epoch {e:#x}")
+        assert tb.model.recovery_epoch == (e + 1) % (1 << 64), tb.where(
+            f"model epoch {tb.model.recovery_epoch:#x}")
 
 
 # ---------------------------------------------------------------------------- 2. bad input

@@ -1,5 +1,5 @@
 """RingRegisters: the command/completion ring configuration, indices and doorbell checks."""
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,9 +36,10 @@ class RingRegisters(wiring.Component):
     - ``cmd_tail`` (the doorbell): checked in order (not ``ready``: NOT_READY; ring size not a
       power of two in 2..65536 or a ring not 64 B aligned inside the staging region:
       RING_CONFIG; tail >= size: DOORBELL_RANGE; more new descriptors than free entries:
-      RING_OVERFLOW); a refused value is written back. The configuration checks, the mask and
-      the free-entry count come registered from :class:`RingConfigChecks`, which computes them
-      from the registers' next values: the doorbell's own path compares only the new tail.
+      RING_OVERFLOW); a refused value is written back. The configuration checks and the mask
+      come registered from :class:`RingConfigChecks`, which computes them from the
+      configuration registers as written (held while a write is refused), and the free-entry
+      count is a register: the doorbell's own path compares only the new tail.
 
     ``recover_req`` passes to ``recover`` only while nothing executes or is pending and the
     persist engine is idle, else CSR_BUSY with the CONTROL address.
@@ -109,20 +110,11 @@ class RingRegisters(wiring.Component):
         busy_now = self.pending | self.executing
 
         # ---- configuration registers (sampled one cycle after the pulse) --------------------
-        # Each register's next value (``<r>_nx``) is the written one when it is accepted, else
-        # the current one; the configuration checks and ``mask`` are registered from the next
-        # values, so they change at the same edge as the registers they check.
         sw_d = {r: Signal(name=f"{r}_swmod_d") for r in RING_REGS}
         for r in RING_REGS:
             m.d.sync += sw_d[r].eq(getattr(self, r + "_swmod"))
         shadow = {"cmd_base_lo": cmd_base[:32], "cmd_base_hi": cmd_base[32:],
                   "cmd_size": size, "cpl_base_lo": cpl_base[:32], "cpl_base_hi": cpl_base[32:]}
-        nxt = {r: Signal(32, name=f"{r}_nx") for r in shadow}
-        head_nx, tail_nx = Signal(32), Signal(32)
-        m.d.comb += [nxt[r].eq(shadow[r]) for r in shadow]
-        m.d.sync += [shadow[r].eq(nxt[r]) for r in shadow]
-        m.d.comb += [head_nx.eq(head), tail_nx.eq(tail)]
-        m.d.sync += [head.eq(head_nx), tail.eq(tail_nx)]
         for r in shadow:
             with m.If(sw_d[r]):
                 with m.If(busy_now):
@@ -131,21 +123,35 @@ class RingRegisters(wiring.Component):
                                  getattr(self, r + "_we").eq(1),
                                  getattr(self, r + "_next").eq(shadow[r])]
                 with m.Else():
-                    m.d.comb += [nxt[r].eq(getattr(self, r)), head_nx.eq(0), tail_nx.eq(0)]
-                    m.d.sync += seq.eq(0)
+                    m.d.sync += [shadow[r].eq(getattr(self, r)), head.eq(0), tail.eq(0),
+                                 seq.eq(0)]
                     m.d.comb += [self.cmd_tail_we.eq(1), self.cmd_tail_next.eq(0)]
-        checks = RingConfigChecks(self._cfg)
-        m.submodules.checks = checks
-        m.d.comb += [checks.size.eq(nxt["cmd_size"]),
-                     checks.cmd_base.eq(Cat(nxt["cmd_base_lo"], nxt["cmd_base_hi"])),
-                     checks.cpl_base.eq(Cat(nxt["cpl_base_lo"], nxt["cpl_base_hi"])),
-                     checks.head.eq(head_nx), checks.tail.eq(tail_nx)]
-        m.d.comb += self.mask.eq(checks.mask)
+        # the checks see each register as written if it is accepted (a written value where a
+        # write is pending, and hold while one is refused)
+        cand = {r: Signal(32, name=f"{r}_cand") for r in shadow}
+        m.d.comb += [cand[r].eq(Mux(sw_d[r], getattr(self, r), shadow[r])) for r in shadow]
+        refused = Signal()
+        m.d.comb += refused.eq(Cat(sw_d[r] for r in shadow).any() & busy_now)
+        m.submodules.checks = checks = RingConfigChecks(self._cfg)
+        m.d.comb += [checks.size.eq(cand["cmd_size"]),
+                     checks.cmd_base.eq(Cat(cand["cmd_base_lo"], cand["cmd_base_hi"])),
+                     checks.cpl_base.eq(Cat(cand["cpl_base_lo"], cand["cpl_base_hi"])),
+                     checks.load.eq(~refused)]
+        mask = self.mask
+        m.d.comb += mask.eq(checks.mask)
 
         # ---- doorbell: ring configuration checks, then the new tail ------------------------
         v = self.cmd_tail
         n_new = Signal(32)
-        m.d.comb += n_new.eq((v - tail) & checks.mask)
+        m.d.comb += n_new.eq((v - tail) & mask)
+        # free entries, mask - ((tail - head) & mask), kept in a register: less the accepted
+        # doorbell's new descriptors, plus one per completed descriptor, the new mask after a
+        # configuration write (head = tail = 0)
+        free = Signal(32, init=0xFFFFFFFF)
+        added = Signal(32)
+        m.d.sync += free.eq(free - added + self.advance)
+        with m.If(Cat(sw_d[r] for r in shadow).any() & ~busy_now):
+            m.d.sync += free.eq(cand["cmd_size"] - 1)
         with m.If(sw_d["cmd_tail"]):
             bad = Signal()
             m.d.comb += bad.eq(1)
@@ -155,10 +161,11 @@ class RingRegisters(wiring.Component):
                 m.d.comb += [ev.code.eq(checks.error.code), ev.value.eq(checks.error.value)]
             with m.Elif(v >= size):
                 m.d.comb += [ev.code.eq(DeviceError.DOORBELL_RANGE), ev.value.eq(v)]
-            with m.Elif(n_new > checks.free):
+            with m.Elif(n_new > free):
                 m.d.comb += [ev.code.eq(DeviceError.RING_OVERFLOW), ev.value.eq(v)]
             with m.Else():
-                m.d.comb += [bad.eq(0), tail_nx.eq(v)]
+                m.d.comb += [bad.eq(0), added.eq(n_new)]
+                m.d.sync += tail.eq(v)
             with m.If(bad):
                 m.d.comb += [ev.valid.eq(1), self.cmd_tail_we.eq(1),
                              self.cmd_tail_next.eq(tail)]
@@ -172,6 +179,5 @@ class RingRegisters(wiring.Component):
                 m.d.comb += self.recover.eq(1)
 
         with m.If(self.advance):
-            m.d.comb += head_nx.eq((head + 1) & checks.mask)
-            m.d.sync += seq.eq(seq + 1)
+            m.d.sync += [head.eq((head + 1) & mask), seq.eq(seq + 1)]
         return m

@@ -1,4 +1,4 @@
-"""RingConfigChecks: the ring configuration checks and free-entry count, registered."""
+"""RingConfigChecks: the ring configuration checks and the ring mask, registered."""
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -13,12 +13,14 @@ MAX_RING = 65536
 
 
 class RingConfigChecks(wiring.Component):
-    """The doorbell's configuration checks, computed a cycle ahead from the ring registers'
-    next values (docs/training.md section 3).
+    """The doorbell's configuration checks, computed a cycle ahead from the ring configuration
+    registers' next values (docs/training.md section 3).
 
-    The inputs are the values the ring registers take at the next clock edge; the outputs are
-    registered, so from that edge on they describe the registers as they then are. The doorbell
-    check reads them without any adder or comparator of the configuration on its path.
+    The owner drives ``size`` and the bases with the values its registers take at the next edge
+    whenever ``load`` is high, and holds ``load`` low in a cycle where those could differ (a
+    refused write). The outputs are registered, so they describe the registers as they are,
+    and the doorbell check reads them without an adder or comparator of the configuration on
+    its path.
 
     Parameters
     ----------
@@ -31,12 +33,10 @@ class RingConfigChecks(wiring.Component):
         The ring size (entries) at the next edge.
     cmd_base, cpl_base : In(64)
         The command and completion ring bases at the next edge.
-    head, tail : In(32)
-        The ring indices at the next edge.
+    load : In(1)
+        Take this cycle's inputs (else the outputs hold).
     mask : Out(32)
         ``size - 1``, registered (reset: ``0xFFFFFFFF``, the mask of size 0).
-    free : Out(32)
-        ``mask - ((tail - head) & mask)``: entries a doorbell may still add, registered.
     error : Out(error_event_layout)
         Registered: ``valid`` when the configuration is bad, with ``code`` RING_CONFIG and
         ``value`` the first bad field, in order: the size (not a power of two in
@@ -49,8 +49,8 @@ class RingConfigChecks(wiring.Component):
         self._cfg = cfg
         super().__init__({
             "size": In(32), "cmd_base": In(64), "cpl_base": In(64),
-            "head": In(32), "tail": In(32),
-            "mask": Out(32, init=0xFFFFFFFF), "free": Out(32, init=0xFFFFFFFF),
+            "load": In(1),
+            "mask": Out(32, init=0xFFFFFFFF),
             "error": Out(error_event_layout,
                          init={"valid": 1, "code": DeviceError.RING_CONFIG, "value": 0}),
         })
@@ -62,8 +62,8 @@ class RingConfigChecks(wiring.Component):
         size = self.size
         mask = Signal(32)
         m.d.comb += mask.eq(size - 1)
-        m.d.sync += [self.mask.eq(mask),
-                     self.free.eq(mask - ((self.tail - self.head) & mask))]
+        with m.If(self.load):
+            m.d.sync += self.mask.eq(mask)
         size_ok = Signal()
         m.d.comb += size_ok.eq((size >= 2) & (size <= MAX_RING) & ((size & mask) == 0))
         ring_bytes = size * 64
@@ -71,13 +71,14 @@ class RingConfigChecks(wiring.Component):
         def ring_ok(base):
             return (base[:6] == 0) & (base >= s_base) & (base + ring_bytes <= s_end)
         err = self.error
-        m.d.sync += [err.valid.eq(1), err.code.eq(DeviceError.RING_CONFIG)]
-        with m.If(~size_ok):
-            m.d.sync += err.value.eq(size)
-        with m.Elif(~ring_ok(self.cmd_base)):
-            m.d.sync += err.value.eq(self.cmd_base)
-        with m.Elif(~ring_ok(self.cpl_base)):
-            m.d.sync += err.value.eq(self.cpl_base)
-        with m.Else():
-            m.d.sync += [err.valid.eq(0), err.value.eq(0)]
+        with m.If(self.load):
+            m.d.sync += [err.valid.eq(1), err.code.eq(DeviceError.RING_CONFIG)]
+            with m.If(~size_ok):
+                m.d.sync += err.value.eq(size)
+            with m.Elif(~ring_ok(self.cmd_base)):
+                m.d.sync += err.value.eq(self.cmd_base)
+            with m.Elif(~ring_ok(self.cpl_base)):
+                m.d.sync += err.value.eq(self.cpl_base)
+            with m.Else():
+                m.d.sync += [err.valid.eq(0), err.value.eq(0)]
         return m

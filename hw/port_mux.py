@@ -7,8 +7,9 @@ rules (payload stable while valid). Two arbitration modes:
 
 - combinational (default): the grant is chosen in the cycle from the requests valid in it; no
   added latency, but every requester's ``ready`` depends on the ``valid`` of those above it;
-- registered (``registered_grant=True``, the device's port): the grant is a register, chosen in
-  the cycle before from the requests valid then. A requester's ``ready`` is its grant and the
+- registered (``registered_grant`` names the channel, ``"rd"`` and/or ``"wr"``; the device's
+  port registers its read grant): the grant is a register, chosen in the cycle before from the
+  requests valid then. A requester's ``ready`` is its grant and the
   port's ``ready``, so no requester's ``ready`` depends on another's request. After each
   transfer the grant passes to the highest-priority other requester with a request valid, if
   any (so under contention the served requester alternates with the highest-priority waiting
@@ -40,8 +41,9 @@ class RequestPortMux(wiring.Component):
         Byte address width.
     ids : sequence of sequences of int
         The ids of each requester (disjoint).
-    registered_grant : bool
-        Choose each channel's grant a cycle ahead, in a register (module docstring).
+    registered_grant : collection of str
+        The channels (``"rd"``, ``"wr"``) whose grant is chosen a cycle ahead, in a register
+        (module docstring); the others arbitrate combinationally. Default: none.
 
     Members
     -------
@@ -55,10 +57,11 @@ class RequestPortMux(wiring.Component):
     Raises
     ------
     ValueError
-        If the id sets overlap or there is no requester.
+        If the id sets overlap, there is no requester, or ``registered_grant`` names a channel
+        other than ``"rd"`` and ``"wr"``.
     """
 
-    def __init__(self, addr_bits, ids, *, registered_grant=False):
+    def __init__(self, addr_bits, ids, *, registered_grant=()):
         ids = [tuple(x) for x in ids]
         flat = [i for x in ids for i in x]
         if len(set(flat)) != len(flat):
@@ -66,7 +69,12 @@ class RequestPortMux(wiring.Component):
         if not ids:
             raise ValueError("need at least one requester")
         self._ids = ids
-        self._registered = bool(registered_grant)
+        if isinstance(registered_grant, str):
+            registered_grant = (registered_grant,)
+        self._registered = frozenset(registered_grant)
+        if not self._registered <= {"rd", "wr"}:
+            raise ValueError(f"registered_grant names channels 'rd' and 'wr', got "
+                             f"{sorted(self._registered)!r}")
         members = {f"req_{i}": In(DeviceRequestSignature(addr_bits)) for i in range(len(ids))}
         members["mem"] = Out(DeviceRequestSignature(addr_bits))
         members["stray"] = Out(1)
@@ -76,7 +84,7 @@ class RequestPortMux(wiring.Component):
         """``dst`` carries the granted one of ``srcs``; the grant is combinational or registered
         (the module docstring)."""
         grant = Signal(range(len(srcs)), name=f"{name}_grant")
-        if self._registered:
+        if name in self._registered:
             self._registered_grant(m, srcs, dst, grant)
         else:
             self._combinational_grant(m, name, srcs, dst, grant)

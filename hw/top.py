@@ -63,7 +63,7 @@ _BLOCKS = {
     "dcoh": DCOH,
     "media": MediaAXI,
     "mux": lambda cfg: RequestPortMux(cfg.addr_bits, [ids for _, ids in PORT_IDS],
-                                      registered_grant=True),
+                                      registered_grant=("rd",)),
 }
 BLOCK_NAMES = tuple(_BLOCKS)
 

@@ -37,7 +37,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
-           "mutant_verilog", "load_list", "PREPARE", "prove_equivalent"]
+           "mutant_verilog", "selector_values", "load_list", "PREPARE", "prove_equivalent"]
 
 MUTSEL_WIDTH = 16
 # The netlist every candidate is drawn from and every mutant is applied to: the same script
@@ -70,13 +70,15 @@ def design_rtlil(component, name: str) -> tuple[str, str]:
 
 
 def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...],
-               timeout: float | None = None) -> dict[str, str]:
-    """Run Yosys on ``rtlil_text`` (file ``design.il``) with ``script``; return the text of the
-    named output files. YoWASP tools cannot see absolute /tmp paths: cwd and relative names."""
+               timeout: float | None = None, *, verilog: bool = False) -> dict[str, str]:
+    """Run Yosys on ``rtlil_text`` (file ``design.il``; Verilog in ``design.v`` when
+    ``verilog``) with ``script``; return the text of the named output files. YoWASP tools
+    cannot see absolute /tmp paths: cwd and relative names."""
     scratch = Path(tempfile.mkdtemp(prefix="mutants-"))
+    source, read = ("design.v", "read_verilog -sv") if verilog else ("design.il", "read_rtlil")
     try:
-        (scratch / "design.il").write_text(rtlil_text)
-        (scratch / "script.ys").write_text("\n".join(["read_rtlil design.il", *script]) + "\n")
+        (scratch / source).write_text(rtlil_text)
+        (scratch / "script.ys").write_text("\n".join([f"{read} {source}", *script]) + "\n")
         # the compiled Yosys shared with the formal flow (compiled once, under a lock)
         from hw.yowasp_tools import tool_cache_env, warm_tool_cache
         yosys = _yosys()
@@ -121,6 +123,7 @@ def list_candidates(rtlil_text: str, top: str, n: int, seed: int) -> list[dict]:
 
 
 _MUTSEL_PORT = re.compile(r",\s*mutsel\s*\)")
+_MUTSEL_INIT = '  initial if (!$value$plusargs("mutsel=%d", mutsel)) mutsel = 0;\n'
 _MUTSEL_DECL = re.compile(r"^\s*input \[(\d+):0\] mutsel;\n\s*wire \[\d+:0\] mutsel;\n", re.M)
 
 
@@ -130,8 +133,7 @@ def _internal_mutsel(verilog: str, top: str) -> str:
     end = verilog.index(";", head)
     port_list, n = _MUTSEL_PORT.subn(")", verilog[head:end + 1])
     body, m = _MUTSEL_DECL.subn(
-        lambda d: (f"  reg [{d[1]}:0] mutsel;\n"
-                   "  initial if (!$value$plusargs(\"mutsel=%d\", mutsel)) mutsel = 0;\n"),
+        lambda d: f"  reg [{d[1]}:0] mutsel;\n{_MUTSEL_INIT}",
         verilog[end + 1:], count=1)
     if n != 1 or m != 1:
         raise MutantError(f"could not make mutsel internal in {top} (port {n}, decl {m})")
@@ -150,6 +152,78 @@ def mutant_verilog(rtlil_text: str, top: str, mutants: list[tuple[int, str]]) ->
               "opt_clean", "write_verilog -noattr out.v"]
     text = _run_yosys(rtlil_text, script, ("out.v",))["out.v"]
     return _internal_mutsel(text, top)
+
+
+def selector_values(verilog: str, top: str, timeout: float | None = None) -> set[int] | None:
+    """The values module ``top`` of a mutant netlist (:func:`mutant_verilog`'s text, alone or
+    followed by other modules as in a build's Verilog) still compares ``mutsel`` with; None
+    when the selector is read in any other way, so that no mutant can be said to be absent.
+
+    ``mutate -ctrl mutsel 16 i`` adds one ``$eq`` (``mutsel == i``) driving the select of the
+    mutation's ``$mux``; the ``opt_clean`` after the mutations removes every cell with no path
+    to a port, a ``keep`` wire or a cell with side effects (``$check``, ``$print``), so a
+    mutant whose ``$eq`` is gone has no logic left and runs cycle for cycle like mutant 0.
+    The netlist is read back by Yosys (``read_verilog -sv; proc``) with the selector's
+    ``initial`` dropped, and every cell connected to ``mutsel`` or to a wire aliasing it is
+    listed (``select w:mutsel %a %x1``); each must be a 16-bit unsigned ``$eq`` of all of
+    ``mutsel`` (in order) with a constant: anything else (a wire aliasing it, a slice, a
+    ``$pmux`` or ``$shiftx`` decoding it, a driver) gives None."""
+    head = verilog.find(f"module {top}(")
+    end = verilog.find("\nendmodule\n", head)
+    if head < 0 or end < 0:
+        raise MutantError(f"no module {top} in the mutant netlist")
+    module = verilog[head:end + len("\nendmodule\n")]
+    if module.count(_MUTSEL_INIT) != 1:
+        raise MutantError(f"module {top} does not set mutsel from +mutsel (not a mutant netlist)")
+    script = [f"hierarchy -top {top}", "proc", "select w:mutsel %a %x1",
+              "write_rtlil -selected selector.il"]
+    text = _run_yosys(module.replace(_MUTSEL_INIT, ""), script, ("selector.il",), timeout,
+                      verilog=True)["selector.il"]
+    return _selector_values_of(text)
+
+
+_CONST = re.compile(rf"{MUTSEL_WIDTH}'([01]{{{MUTSEL_WIDTH}}})")
+
+
+def _selector_values_of(rtlil_text: str) -> set[int] | None:
+    """:func:`selector_values` on Yosys' RTLIL of the selected objects (``write_rtlil
+    -selected``): the constants of the ``$eq`` cells reading all of ``\\mutsel``, or None when
+    the selection holds anything else (another wire, a module-level connection, another
+    cell type or connection, a process or memory, several modules)."""
+    wires, values, cell, modules = [], set(), None, 0
+    for line in rtlil_text.splitlines():
+        w = line.split()
+        if not w or w[0] in ("attribute", "autoidx") or w[0].startswith("#"):
+            continue
+        if w[0] == "module":
+            modules += 1
+        elif w[0] == "wire":
+            wires.append(line)
+        elif w[0] == "cell" and cell is None and len(w) == 3:
+            cell = {"type": w[1], "params": {}, "conns": {}}
+        elif w[0] == "parameter" and cell is not None and len(w) == 3:
+            cell["params"][w[1]] = w[2]
+        elif w[0] == "connect" and cell is not None and len(w) >= 3:
+            cell["conns"][w[1]] = " ".join(w[2:])
+        elif w[0] == "end" and len(w) == 1:
+            if cell is None:
+                continue                    # the module's end
+            c, cell = cell, None
+            b = _CONST.fullmatch(c["conns"].get("\\B", ""))
+            if (c["type"] != "$eq" or set(c["conns"]) != {"\\A", "\\B", "\\Y"}
+                    or c["conns"]["\\A"] != "\\mutsel" or b is None
+                    or "mutsel" in c["conns"]["\\Y"]
+                    or c["params"] != {"\\A_SIGNED": "0", "\\B_SIGNED": "0",
+                                       "\\A_WIDTH": str(MUTSEL_WIDTH),
+                                       "\\B_WIDTH": str(MUTSEL_WIDTH), "\\Y_WIDTH": "1"}):
+                return None
+            values.add(int(b[1], 2))
+        else:
+            return None                     # a module-level connection, process, memory...
+    if modules != 1 or cell is not None or [x.split() for x in wires] != [
+            ["wire", "width", str(MUTSEL_WIDTH), "\\mutsel"]]:
+        return None
+    return values
 
 
 def load_list(path) -> dict:

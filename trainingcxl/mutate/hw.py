@@ -20,8 +20,12 @@ the coverage data is per Verilog module, not per Amaranth line: selection is per
 ``timeout`` (killed by hang), ``survived`` (every selected bench passed), ``equivalent``
 (a survivor that Yosys proves equivalent to the original, ``cosim.mutants.prove_equivalent``;
 only survivors are tried, since a killed mutant is not equivalent; ``--prove-only`` reruns the
-proofs on an existing report). Before any mutant counts, mutant 0 (no mutation, the mutant build itself)
-must pass every bench of every target.
+proofs on an existing report). A mutant whose selection is gone from the mutant build
+(``cosim.mutants.selector_values``: the ``opt_clean`` after ``mutate`` removed its logic, as
+nothing observable depends on it) is ``equivalent`` without a run, with :data:`REMOVED_WHY`;
+``--rerun-survivors`` and ``--prove-only`` apply the same rule to the campaign's build.
+Before any mutant counts, mutant 0 (no mutation, the mutant build itself) must pass every
+bench of every target.
 
 Exit status 0 when the campaign ran (the score is a result, not a pass/fail), 1 when mutant 0
 failed, 2 on bad arguments. The report: ``<out>/hw.json`` (every mutant with its source lines,
@@ -42,6 +46,7 @@ from pathlib import Path
 __all__ = ["Bench", "Target", "TARGETS", "DEFAULT_TARGETS", "draw", "main"]
 
 OUTCOMES = ("killed", "timeout", "survived", "equivalent")
+REMOVED_WHY = "removed by synthesis: no logic depends on the mutation"
 
 
 @dataclass(frozen=True)
@@ -209,6 +214,56 @@ def _builds(targets: list[str], list_file: Path, log=print) -> dict:
     finally:
         os.environ.pop(cb.MUTANTS_ENV, None)
     return out
+
+
+def removed_by_synthesis(build: dict, design_top: str, ids) -> set[int] | None:
+    """The mutants of ``ids`` (every mutant of the design ``design_top``) whose selection the
+    mutant build no longer holds (``cosim.mutants.selector_values`` on the Verilog it was
+    compiled from); None when that cannot be told (the selector read in another way, or
+    compared with a value that is no mutant of the list): then every mutant runs."""
+    from cosim import mutants as mu
+    text = (Path(build["build_dir"]) / f"{build['top']}.v").read_text()
+    values = mu.selector_values(text, design_top)
+    ids = set(ids)
+    if values is None or not values <= ids:
+        return None
+    return ids - values
+
+
+def mark_removed(table: list[dict], builds: dict, log=print) -> list[int]:
+    """Mutants of ``table`` (every mutant of the draw) that have not run or survived, and
+    whose selection is gone from their target's mutant build (:func:`removed_by_synthesis`),
+    become ``equivalent`` with
+    :data:`REMOVED_WHY` (a survivor keeps ``first_outcome``). A removed mutant that a bench
+    killed is left as it is and reported: it would contradict the rule. Returns their ids."""
+    marked = []
+    for t in sorted({m["target"] for m in table}):
+        mine = [m for m in table if m["target"] == t]
+        build = builds.get(t)
+        if build is None or not (Path(build["build_dir"]) / f"{build['top']}.v").is_file():
+            log(f"mutate-hw: {t}: no mutant build's Verilog to look for removed mutants in")
+            continue
+        removed = removed_by_synthesis(build, TARGETS[t].top, [m["id"] for m in mine])
+        if removed is None:
+            log(f"mutate-hw: {t}: the selector is not read as one comparison per mutant; "
+                f"no mutant is classified as removed, all run")
+            continue
+        for m in mine:
+            if m["id"] not in removed:
+                continue
+            if m.get("outcome") == "equivalent":
+                continue
+            if m.get("outcome") in ("killed", "timeout"):
+                log(f"mutate-hw: mutant {m['id']} has no logic in the build but was "
+                    f"{m['outcome']}: left as it is (look at it)")
+                continue
+            if m.get("outcome") == "survived":
+                m.setdefault("first_outcome", "survived")
+            m.update({"outcome": "equivalent", "why": REMOVED_WHY, "bench": None})
+            marked.append(m["id"])
+        log(f"mutate-hw: {t}: {len(removed)} of {len(mine)} mutants removed by synthesis "
+            f"(not run): {sorted(removed)}")
+    return marked
 
 
 # ---------------------------------------------------------------------------------- one run
@@ -389,6 +444,7 @@ def main(argv=None) -> int:
             parser.error(f"no report {out / 'hw.json'} to work on (run the campaign first)")
         report = json.loads((out / "hw.json").read_text())
         exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
+        mark_removed(report["mutants"], report["builds"])
         if args.rerun_survivors and _rerun_survivors(report, out, args.timeout_factor, exclude):
             return 1
         if args.prove_timeout:
@@ -413,11 +469,14 @@ def main(argv=None) -> int:
         for m in table:
             if m["id"] in done:
                 m.update({k: v for k, v in done[m["id"]].items() if k not in ("id", "list")})
+        builds = _builds(targets, list_file)
+        mark_removed(table, builds)
         report = {"seed": args.seed, "targets": targets, "generated": len(table),
                   "excluded_benches": sorted(exclude), "partial": len(done) < len(table),
-                  "builds": _builds(targets, list_file), "mutants": table}
+                  "builds": builds, "mutants": table}
         return _finish(report, out, time.monotonic() - t_start)
     builds = _builds(targets, list_file)
+    removed = set(mark_removed(table, builds))
 
     timeouts = _check_mutant_0(targets, builds, args.seed, args.timeout_factor, out, exclude)
     if timeouts is None:
@@ -427,7 +486,8 @@ def main(argv=None) -> int:
         results_file.unlink()
     if done:
         print(f"mutate-hw: resuming: {len(done)} mutants already done in {results_file}")
-    jobs = _jobs([m for m in table if (only is None or m["id"] in only) and m["id"] not in done],
+    jobs = _jobs([m for m in table if (only is None or m["id"] in only)
+                  and m["id"] not in done and m["id"] not in removed],
                  builds, timeouts, args.seed, out, exclude)
     for j in jobs:
         j.update({"results": str(results_file), "list": digest})
@@ -444,7 +504,7 @@ def main(argv=None) -> int:
         return rc
     by_id = {r["id"]: {k: v for k, v in r.items() if k != "list"} for r in results}
     for m in table:
-        if m["id"] in by_id:
+        if m["id"] in by_id and m["id"] not in removed:
             m.update({k: v for k, v in by_id[m["id"]].items() if k != "id"})
     report = {"seed": args.seed, "targets": targets, "generated": len(table),
               "excluded_benches": sorted(exclude),

@@ -158,3 +158,105 @@ def test_device_target_is_not_in_the_default_draw_and_its_benches_cover_its_bloc
     for src in dev.sources:
         block = block_of_src(src + "x.py:1")
         assert block in names and any(block in b.blocks for b in dev.benches), src
+
+
+# ---- mutants removed by synthesis (cosim.mutants.selector_values, mutate.hw.mark_removed) --------
+TINY = "mutate_removed"
+
+
+class SumAndCheck(wiring.Component):
+    """``y`` is bits 7..4 of ``a + 3`` (bits 3..0 of the sum are read by nothing); the
+    compare ``t != 0xFF`` is read only by an RTL ``Assert``."""
+    a: In(8)
+    y: Out(4)
+
+    def elaborate(self, platform):
+        from amaranth.hdl import Assert, Signal
+        m = Module()
+        s = Signal(9)
+        t = Signal(8)
+        m.d.comb += s.eq(self.a + 3)                # marker: sum
+        m.d.comb += self.y.eq(s[4:8])
+        m.d.comb += t.eq(self.a ^ 0x5A)
+        m.d.comb += Assert(t != 0xFF)               # marker: checked
+        return m
+
+
+def _line_of(marker):
+    import inspect
+    lines, first = inspect.getsourcelines(SumAndCheck)
+    return next(first + i for i, line in enumerate(lines) if f"# marker: {marker}" in line)
+
+
+def _pick(cands, marker, bits, port="Y"):
+    """The first candidate on the line of ``marker`` on ``port`` with its bit in ``bits``."""
+    line = f"tests/cosim/mutate/test_mutate_hw.py:{_line_of(marker)}"
+    for c in cands:
+        opts = c["cmd"].split()
+        p, bit = opts[opts.index("-port") + 1], int(opts[opts.index("-portbit") + 1])
+        if line in c["src"] and p == port and bit in bits:
+            return c["cmd"]
+    raise AssertionError(f"no candidate on {line} with {port} bit in {bits}")
+
+
+def test_mutant_with_no_logic_left_is_equivalent_and_the_others_are_not(tmp_path, monkeypatch):
+    """Mutant 1 (a bit of the sum that nothing reads) has no selection left after the mutant
+    build's opt_clean and is marked equivalent without a run; mutant 2 (a bit of the sum that
+    ``y`` reads) and mutant 3 (an input of the compare that only an ``Assert`` reads) keep
+    theirs and stay to run."""
+    from trainingcxl.mutate import hw
+    rtlil, _ = mu.design_rtlil(SumAndCheck(), TINY)
+    cands = mu.list_candidates(rtlil, TINY, 1000, seed=1)
+    muts = [(1, _pick(cands, "sum", range(0, 4))), (2, _pick(cands, "sum", range(4, 8))),
+            (3, _pick(cands, "checked", range(0, 8), port="A"))]
+    verilog = mu.mutant_verilog(rtlil, TINY, muts)
+    assert mu.selector_values(verilog, TINY) == {2, 3}
+    # as in a build's Verilog: the design, then the modules of a wrapper top
+    (tmp_path / "wrapper.v").write_text(verilog + "\nmodule wrapper(input x);\nendmodule\n")
+    build = {"build_dir": str(tmp_path), "top": "wrapper"}
+    assert hw.removed_by_synthesis(build, TINY, [1, 2, 3]) == {1}
+    assert hw.removed_by_synthesis(build, TINY, [1, 2]) is None     # 3 is compared: unknown
+    monkeypatch.setitem(hw.TARGETS, "tiny", hw.Target("tiny", TINY, (), (), 0.0))
+    table = [{"id": 1, "target": "tiny", "outcome": "survived"}, {"id": 2, "target": "tiny"},
+             {"id": 3, "target": "tiny", "outcome": "killed"}]
+    assert hw.mark_removed(table, {"tiny": build}, log=lambda *_: None) == [1]
+    assert table[0] == {"id": 1, "target": "tiny", "outcome": "equivalent",
+                        "first_outcome": "survived", "why": hw.REMOVED_WHY, "bench": None}
+    assert table[1] == {"id": 2, "target": "tiny"}
+    assert table[2]["outcome"] == "killed"
+
+
+_EQ = """  cell $eq $eq{n}
+    parameter \\A_SIGNED 0
+    parameter \\B_SIGNED 0
+    parameter \\A_WIDTH {w}
+    parameter \\B_WIDTH {w}
+    parameter \\Y_WIDTH 1
+    connect \\A {a}
+    connect \\B {b}
+    connect \\Y $eq{n}_Y
+  end
+"""
+_HEAD = "autoidx 9\n\nattribute \\top 1\nmodule \\t\n  wire width 16 \\mutsel\n"
+
+
+def _eq(n, a="\\mutsel", w=16, value=None):
+    return _EQ.format(n=n, a=a, w=w, b=f"{w}'{format(n if value is None else value, f'0{w}b')}")
+
+
+@pytest.mark.parametrize("body, values", [
+    (_eq(1) + _eq(2), {1, 2}),
+    ("", set()),                                               # no mutant left at all
+    (_eq(1) + "  wire width 16 \\other\n" + _eq(4, a="\\other") + "  connect \\other \\mutsel\n",
+     None),                                                    # an alias of the selector
+    (_eq(1) + _eq(3, a="\\mutsel [3:0]", w=4), None),          # a slice compared
+    (_eq(1) + "  cell $pmux $p\n    connect \\S \\mutsel\n  end\n", None),
+    (_eq(1) + "  cell $shiftx $s\n    connect \\B \\mutsel\n  end\n", None),
+    (_eq(1) + "  process $proc\n  end\n", None),
+    (_eq(1).replace("\\Y_WIDTH 1", "\\Y_WIDTH 2"), None),
+    (_eq(1).replace("\\A_SIGNED 0", "\\A_SIGNED 1"), None),
+])
+def test_selector_values_read_only_one_full_comparison_per_mutant(body, values):
+    """Only ``$eq`` cells of all of ``mutsel`` with a constant count; any other reader makes
+    the answer unknown (None), so that no mutant is said removed when it might not be."""
+    assert mu._selector_values_of(_HEAD + body + "end\n") == values

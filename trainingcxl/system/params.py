@@ -115,13 +115,14 @@ PARAMS: dict[str, Param] = {p.name: p for p in _P}
 
 # device clock scenarios
 CLOCKS: dict[str, Param] = {
-    "fpga": Param("clock_hz", 40.7e6, "Hz", "measured",
-                  "docs/fpga.md (The device request port registered): nextpnr's estimated Fmax "
-                  "after placement of the full device, `fpga-ecp5` configuration, on "
-                  "LFE5UM5G-85F speed 8, nextpnr seed 1 (measured 2026-12-07 on 3985a97's hw, "
-                  "with the request slice and registered port-mux grants); a placement "
-                  "estimate: router1 was stopped by its time limit, so the device is not "
-                  "routed and no routed Fmax is measured",
+    "fpga": Param("clock_hz", 41.9e6, "Hz", "measured",
+                  "docs/fpga.md (Ring checks registered, write grant in the cycle): nextpnr's "
+                  "estimated Fmax after placement of the full device, `fpga-ecp5` configuration, "
+                  "on LFE5UM5G-85F speed 8, nextpnr seed 1 (measured 2026-12-07 on 5fc5941's hw, "
+                  "the hw the RTL cycle data were measured on); a placement estimate: the device "
+                  "is not routed and no routed Fmax is measured; two placements of one logic "
+                  "(3985a97, 42a38f9) gave 40.7 and 35.4 MHz: one placement varies by about "
+                  "15 %",
                   sensitivity=False),
     "fpga-target": Param("clock_hz", 100e6, "Hz", "spec",
                          "docs/fpga.md: the FPGA timing target (100 MHz, not met)",

@@ -237,6 +237,28 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
         f"PERF_UPD_STALLS {stalls}, UPDATE cycles {cpls[1]['cycles']}")
 
 
+async def _one_tracker_set_and_others(tb, dim, n_gap):
+    """A table of 2^20 rows of ``dim`` with two row lists, staged: ``mine``, the ways plus the
+    victims of one random row tracker set (``row_set``) in rows of that set, and ``gap``,
+    ``n_gap`` rows spread evenly over the other sets."""
+    from hw.update.rows import row_set
+    cfg = tb.cfg
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    n_mine, n_rows = cfg.upd_ways + cfg.upd_victims, 1 << 20
+    s = int(tb.rng.integers(0, 1 << set_bits))
+    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, n_mine + n_gap, replace=False)]
+    others = [t for t in range(1 << set_bits) if t != s]
+
+    def in_set(h, t):
+        return (h << set_bits) | (t ^ row_set(h << set_bits, set_bits))
+    mine = [in_set(h, s) for h in his[:n_mine]]
+    gap = [in_set(h, others[k % len(others)]) for k, h in enumerate(his[n_mine:])]
+    assert {row_set(r, set_bits) for r in mine} == {s} and s not in {row_set(r, set_bits)
+                                                                      for r in gap}
+    await _sparse_table(tb, n_rows, dim, mine + gap, lr=0.01)
+    return mine, gap
+
+
 @cocotb.test()
 async def device_update_tracker_entries_long_joins_and_reuse(dut):
     """One NOLOG UPDATE at PMEM latency 300, dim 16 (one line per row) on the row tracker's
@@ -251,24 +273,11 @@ async def device_update_tracker_entries_long_joins_and_reuse(dut):
     ``hw/update/row_cam.py`` 7 (victim 7 freed at count 3, not 1), 33 (victims always full)
     and 92 (bit 8 of victim 10's count stuck at 0), and ``rows.py:218`` 11 (bit 6 of way 5's
     acknowledged count written as 0)."""
-    from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=300, name="tracker_reuse")
     cfg = tb.cfg
-    dim, set_bits = 16, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
-    ways, nv, n_gap = cfg.upd_ways, cfg.upd_victims, 1100
-    n_rows = 1 << 20
-    s = int(tb.rng.integers(0, 1 << set_bits))
-    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, ways + nv + n_gap, replace=False)]
-    others = [t for t in range(1 << set_bits) if t != s]
-
-    def in_set(h, t):
-        return (h << set_bits) | (t ^ row_set(h << set_bits, set_bits))
-    mine = [in_set(h, s) for h in his[:ways + nv]]
-    gap = [in_set(h, others[k % len(others)]) for k, h in enumerate(his[ways + nv:])]
+    dim, ways, nv = 16, cfg.upd_ways, cfg.upd_victims
+    mine, gap = await _one_tracker_set_and_others(tb, dim, 1100)
     w_rows, v_rows = mine[:ways], mine[ways:]
-    assert {row_set(r, set_bits) for r in mine} == {s} and s not in {row_set(r, set_bits)
-                                                                      for r in gap}
-    await _sparse_table(tb, n_rows, dim, mine + gap, lr=0.01)
     # victim 10's row also every 25th row of the gap: it is met again while its 300 lines
     # are still being written
     gap_v10 = [r for k, g_row in enumerate(gap) for r in ([v_rows[10]] * (k % 25 == 0) + [g_row])]
@@ -330,21 +339,10 @@ async def device_update_victim_joins_of_two_line_rows(dut):
     ``hw/update/row_cam.py:131`` (bit 0 of the line count forced 1 in victim 6's join: the
     entry counts three lines for two and never frees, so its row's repeat after the gap is
     forwarded an overwritten line); the one-line test above cannot show it."""
-    from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=300, name="victim_joins_dim32")
     cfg = tb.cfg
-    dim, set_bits = 32, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
-    ways, nv, n_gap = cfg.upd_ways, cfg.upd_victims, 600
-    n_rows = 1 << 20
-    s = int(tb.rng.integers(0, 1 << set_bits))
-    his = [int(h) for h in tb.rng.choice(n_rows >> set_bits, ways + nv + n_gap, replace=False)]
-    others = [t for t in range(1 << set_bits) if t != s]
-
-    def in_set(h, t):
-        return (h << set_bits) | (t ^ row_set(h << set_bits, set_bits))
-    mine = [in_set(h, s) for h in his[:ways + nv]]
-    gap = [in_set(h, others[k % len(others)]) for k, h in enumerate(his[ways + nv:])]
-    await _sparse_table(tb, n_rows, dim, mine + gap, lr=0.01)
+    dim, ways, nv = 32, cfg.upd_ways, cfg.upd_victims
+    mine, gap = await _one_tracker_set_and_others(tb, dim, 600)
     order = (mine[:ways] + [v for v in mine[ways:] for _ in range(2)] + gap
              + [mine[i] for i in tb.rng.permutation(ways + nv)])
     nb = 8

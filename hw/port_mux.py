@@ -9,13 +9,13 @@ rules (payload stable while valid). Two arbitration modes:
   added latency, but every requester's ``ready`` depends on the ``valid`` of those above it;
 - registered (``registered_grant`` names the channel, ``"rd"`` and/or ``"wr"``; the device's
   port registers its read grant): the grant is a register, chosen in the cycle before from the
-  requests valid then. A requester's ``ready`` is its grant and the
-  port's ``ready``, so no requester's ``ready`` depends on another's request. After each
-  transfer the grant passes to the highest-priority other requester with a request valid, if
-  any (so under contention the served requester alternates with the highest-priority waiting
-  one, and a lower one waits as under fixed priority); otherwise it stays, and a requester
-  streaming alone keeps one transfer per cycle. A request that finds the grant on an idle
-  requester waits one cycle for it.
+  requests valid then. A requester's ``ready`` is its grant and the port's ``ready``, so no
+  requester's ``ready`` depends on another's request. After each transfer the grant passes to
+  the highest-priority other requester with a request valid, if any (so under contention the
+  served requester alternates with the highest-priority waiting one, and a lower one waits as
+  under fixed priority); otherwise it stays, and a requester streaming alone keeps one
+  transfer per cycle. A request that finds the grant on an idle requester waits one cycle for
+  it.
 
 Routing is combinational.
 A response whose id belongs to no requester is accepted and dropped (it cannot happen with a

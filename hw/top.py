@@ -11,8 +11,9 @@ data; register map docs/registers.md); ``m_axi__*`` (AXI4 master to the PMEM con
 Blocks: CSR block → command processor (rings in staging) → gather (LOOKUP, with the undo-log
 tee), update engine, undo logger, persist engine (COMMIT, recovery, MLP slot choice), snapshot
 engine (the background copy of SNAPSHOT); their device request ports share the DCOH's device
-port through a fixed-priority mux with registered grants (ids: docs/training.md section 8; the
-snapshot engine has the lowest priority) and a register slice; DCOH → media adapter → ``m_axi``.
+port through a fixed-priority mux with a registered read grant (ids: docs/training.md section
+8; the snapshot engine has the lowest priority) and a register slice; DCOH → media adapter →
+``m_axi``.
 """
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring

@@ -130,13 +130,13 @@ class RingRegisters(wiring.Component):
         # write is pending, and hold while one is refused)
         cand = {r: Signal(32, name=f"{r}_cand") for r in shadow}
         m.d.comb += [cand[r].eq(Mux(sw_d[r], getattr(self, r), shadow[r])) for r in shadow]
-        refused = Signal()
-        m.d.comb += refused.eq(Cat(sw_d[r] for r in shadow).any() & busy_now)
+        cfg_wr = Signal()           # a configuration register was written (accepted or not)
+        m.d.comb += cfg_wr.eq(Cat(sw_d[r] for r in shadow).any())
         m.submodules.checks = checks = RingConfigChecks(self._cfg)
         m.d.comb += [checks.size.eq(cand["cmd_size"]),
                      checks.cmd_base.eq(Cat(cand["cmd_base_lo"], cand["cmd_base_hi"])),
                      checks.cpl_base.eq(Cat(cand["cpl_base_lo"], cand["cpl_base_hi"])),
-                     checks.load.eq(~refused)]
+                     checks.load.eq(~(cfg_wr & busy_now))]
         mask = self.mask
         m.d.comb += mask.eq(checks.mask)
 
@@ -150,7 +150,7 @@ class RingRegisters(wiring.Component):
         free = Signal(32, init=0xFFFFFFFF)
         added = Signal(32)
         m.d.sync += free.eq(free - added + self.advance)
-        with m.If(Cat(sw_d[r] for r in shadow).any() & ~busy_now):
+        with m.If(cfg_wr & ~busy_now):
             m.d.sync += free.eq(cand["cmd_size"] - 1)
         with m.If(sw_d["cmd_tail"]):
             bad = Signal()

@@ -237,6 +237,17 @@ async def device_update_rows_of_one_tracker_set(dut, dim):
         f"PERF_UPD_STALLS {stalls}, UPDATE cycles {cpls[1]['cycles']}")
 
 
+async def _nolog_update(tb, idx, nb, dim, what):
+    """One NOLOG UPDATE of table 0 (batch 1, tag 1): the items ``idx`` in ``nb`` bags of equal
+    size, a random gradient of ``dim`` per bag; then the tables are checked against the
+    model."""
+    o = np.linspace(0, len(idx), nb + 1).astype(np.uint32)
+    g = (tb.rng.standard_normal((nb, dim)) * (1 << tb.cfg.frac_bits)).astype(np.int32)
+    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(idx), tb.stage_i32(g), batch=1,
+                         tag=1, nolog=True)], what)
+    await tb.check("after the UPDATE")
+
+
 async def _one_tracker_set_and_others(tb, dim, n_gap):
     """A table of 2^20 rows of ``dim`` with two row lists, staged: ``mine``, the ways plus the
     victims of one random row tracker set (``row_set``) in rows of that set, and ``gap``,
@@ -283,13 +294,7 @@ async def device_update_tracker_entries_long_joins_and_reuse(dut):
     gap_v10 = [r for k, g_row in enumerate(gap) for r in ([v_rows[10]] * (k % 25 == 0) + [g_row])]
     order = (w_rows + [w_rows[5]] * 100 + [v for v in v_rows for _ in range(2)]
              + [v_rows[10]] * 300 + gap_v10 + [mine[i] for i in tb.rng.permutation(ways + nv)])
-    idx = np.array(order, np.uint32)
-    nb = 8
-    o = np.linspace(0, len(idx), nb + 1).astype(np.uint32)
-    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(idx), tb.stage_i32(g), batch=1,
-                         tag=1, nolog=True)], "tracker entries reused")
-    await tb.check("after the UPDATE")
+    await _nolog_update(tb, order, 8, dim, "tracker entries reused")
     stalls = await tb.drv.read("PERF_UPD_STALLS")
     assert stalls == 0, tb.where(f"PERF_UPD_STALLS {stalls}: a row waited for an entry")
 
@@ -321,12 +326,7 @@ async def device_update_tracker_crowded_sets_random_repeats(dut, other):
         again = order and tb.rng.random() < 0.5
         order.append(order[-int(tb.rng.integers(1, min(8, len(order)) + 1))] if again
                      else rows[int(tb.rng.integers(0, len(rows)))])
-    nb = 8
-    o = np.linspace(0, n_items, nb + 1).astype(np.uint32)
-    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(order), tb.stage_i32(g),
-                         batch=1, tag=1, nolog=True)], "crowded tracker sets")
-    await tb.check("after the UPDATE")
+    await _nolog_update(tb, order, 8, dim, "crowded tracker sets")
 
 
 @cocotb.test()
@@ -345,12 +345,7 @@ async def device_update_victim_joins_of_two_line_rows(dut):
     mine, gap = await _one_tracker_set_and_others(tb, dim, 600)
     order = (mine[:ways] + [v for v in mine[ways:] for _ in range(2)] + gap
              + [mine[i] for i in tb.rng.permutation(ways + nv)])
-    nb = 8
-    o = np.linspace(0, len(order), nb + 1).astype(np.uint32)
-    g = (tb.rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(order), tb.stage_i32(g), batch=1,
-                         tag=1, nolog=True)], "victim joins of two-line rows")
-    await tb.check("after the UPDATE")
+    await _nolog_update(tb, order, 8, dim, "victim joins of two-line rows")
 
 
 @cocotb.test()
@@ -379,11 +374,7 @@ async def device_update_grad_reads_ahead_of_a_blocked_row_stage(dut, before):
             for k, h in enumerate(his)]
     assert sum(row_set(r, set_bits) == s for r in rows) == nb - before, rows
     await _sparse_table(tb, n_rows, dim, rows, lr=0.1)
-    o = np.arange(nb + 1).astype(np.uint32)
-    g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32(rows), tb.stage_i32(g),
-                         batch=1, tag=1, nolog=True)], "gradient reads ahead")
-    await tb.check("after the UPDATE")
+    await _nolog_update(tb, rows, nb, dim, "gradient reads ahead")
 
 
 @cocotb.test()
@@ -396,15 +387,11 @@ async def device_update_one_row_in_320_bags(dut):
     the lines written modulo 256 are below 128 the write stage sees 128 more, takes a bag's
     line as written before it is and uses the ring's stale line)."""
     tb = DeviceTB(dut, latency=200, name="one_row_320_bags")
-    cfg, rng = tb.cfg, tb.rng
+    rng = tb.rng
     dim, nb, n_rows = 16, 320, 1 << 16
     r = int(rng.integers(0, n_rows))
     await _sparse_table(tb, n_rows, dim, [r], lr=0.1)
-    o = np.arange(nb + 1).astype(np.uint32)
-    g = (rng.standard_normal((nb, dim)) * (1 << cfg.frac_bits)).astype(np.int32)
-    await tb.run([update(0, nb, tb.stage_u32(o), tb.stage_u32([r] * nb), tb.stage_i32(g),
-                         batch=1, tag=1, nolog=True)], f"row {r} in {nb} bags")
-    await tb.check("after the UPDATE")
+    await _nolog_update(tb, [r] * nb, nb, dim, f"row {r} in {nb} bags")
 
 
 async def _logged_batch_rolled_back(tb, *, n, dim, nb, what, reset=True,
@@ -587,6 +574,21 @@ async def device_relog_of_row_in_flight(dut, dim, latency):
         f"second record of row {rows[-1]} differs from the model" + tb.explain(slot3[0]))
 
 
+async def _lookup_log_then_update(tb, looked, rows, dim, what):
+    """The relog tests' batch: a LOOKUP+LOG of ``looked``, then an UPDATE of ``rows`` (4 bags
+    each, batch 1, random gradients of ``dim``); set 0 of the logged set has overflowed and
+    the tables equal the model."""
+    nb = 4
+    lo = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))
+    o = tb.stage_u32(np.linspace(0, len(rows), nb + 1).astype(np.uint32))
+    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
+    await tb.run([lookup(0, nb, lo, tb.stage_u32(looked), tb.out_area(nb * dim * 4), batch=1,
+                         tag=1),
+                  update(0, nb, o, tb.stage_u32(rows), g, batch=1, tag=2)], what)
+    assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
+    await tb.check(f"after the UPDATE ({what})")
+
+
 @cocotb.test()
 @cocotb.parametrize(way=[2, 3])
 async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
@@ -627,18 +629,8 @@ async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
     hs = {(r ^ r >> lo_bits) & (sets - 1) for r in xs}
     assert len(hs) == n_x and 0 not in hs and tset(R) not in {tset(r) for r in xs}, xs
     await _sparse_table(tb, n_rows, dim, fill + xs + [R], lr=0.5)
-    nb = 4
-    looked = fill + xs
-    lo = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))
-    rows = xs + held * 2 + [R, R]
-    o = tb.stage_u32(np.linspace(0, len(rows), nb + 1).astype(np.uint32))
-    g = tb.stage_i32(tb.rng.integers(-2**26, 2**26, (nb, dim)))
-    await tb.run([lookup(0, nb, lo, tb.stage_u32(looked), tb.out_area(nb * dim * 4), batch=1,
-                         tag=1),
-                  update(0, nb, o, tb.stage_u32(rows), g, batch=1, tag=2)],
-                 f"relog of row {R} in way {way}")
-    assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
-    await tb.check(f"after the UPDATE (row {R} relogged in way {way})")
+    await _lookup_log_then_update(tb, fill + xs, xs + held * 2 + [R, R], dim,
+                                  f"relog of row {R} in way {way}")
 
 
 async def _relog_of_row_in_entry(tb, *, before, r_ok, what):
@@ -676,18 +668,8 @@ async def _relog_of_row_in_entry(tb, *, before, r_ok, what):
             per_set[tset(r)] += 1
     assert len(held) == before and len(xs) == n_x, (len(held), len(xs))
     await _sparse_table(tb, n_rows, dim, fill + held + xs + [R], lr=0.5)
-    nb = 4
-    looked = fill + held + xs
-    lo_a = tb.stage_u32(np.linspace(0, len(looked), nb + 1).astype(np.uint32))
-    rows = xs + held * 2 + [R, R]
-    o = tb.stage_u32(np.linspace(0, len(rows), nb + 1).astype(np.uint32))
-    g = tb.stage_i32(rng.integers(-2**26, 2**26, (nb, dim)))
-    await tb.run([lookup(0, nb, lo_a, tb.stage_u32(looked), tb.out_area(nb * dim * 4), batch=1,
-                         tag=1),
-                  update(0, nb, o, tb.stage_u32(rows), g, batch=1, tag=2)],
-                 f"relog of row {R} ({what})")
-    assert tb.model.logged.overflows > 0, tb.where("set 0 did not overflow")
-    await tb.check(f"after the UPDATE (row {R} relogged, {what})")
+    await _lookup_log_then_update(tb, fill + held + xs, xs + held * 2 + [R, R], dim,
+                                  f"relog of row {R} ({what})")
 
 
 RELOG_ENTRIES = {   # place of R: (rows of its tracker set before it, condition on R)

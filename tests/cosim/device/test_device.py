@@ -16,11 +16,13 @@ the record reads; two aborted attempts of a batch with logged-set overflow (re-l
 epoch); re-logging a row whose previous update is still in flight (a bug this test found: the
 record held the row from before that update), also in a later way of its tracker set and in
 victims of the tracker's CAM; a LOOKUP+LOG repeating a row just inserted into each way of its
-logged set (decided from the set's bypass); recovery from an epoch with bit 63 set; doorbell
-before recovery and CSR misuse; a sweep of every register of the map (the ring's included); ring
-errors (RING_CONFIG, DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER
-while busy; RING_CONFIG's value for a size with bit 26 set); a ring of 8192 slots taking 4096
-descriptors in one doorbell; every descriptor-level error followed by recovery of the partly
+logged set (decided from the set's bypass); recovery from an epoch with bit 63 set; SNAPSHOT
+lengths at the slot capacity (over it refused; at it and just under it accepted, the 256 MiB
+copy cut by a power failure and recovered); doorbell before recovery and CSR misuse; a
+sweep of every register of the map (the ring's included); ring errors (RING_CONFIG,
+DOORBELL_RANGE, RING_OVERFLOW, CSR_BUSY for ring registers and RECOVER while busy;
+RING_CONFIG's value for a size with bit 26 set); a ring of 8192 slots taking 4096 descriptors
+in one doorbell; every descriptor-level error followed by recovery of the partly
 applied UPDATEs; the command processor's width checks before the engine checks (completions also
 checked against the contract's expected status/value); LOOKUP/UPDATE descriptors with fields
 drawn over their whole width, each failing a check; the interrupt line; addresses, batch
@@ -41,6 +43,7 @@ One Verilator build of ``DeviceConfig()`` (the same as the crash campaign's, so 
 shared through the content-hash cache), one simulator run.
 """
 import collections
+import copy
 
 import cocotb
 import numpy as np
@@ -52,7 +55,9 @@ from cosim.device_driver import DeviceDriver
 from cosim.tb.config import BenchConfig
 from cosim.tb.device import E, K, DeviceTB, bags, commit, lookup, lr_q, setup_tables, update
 from hw.config import REGIONS, DeviceConfig
-from hw.encodings import CPL_BYTES, DESC_BYTES, LOG_SLOT_BYTES, N_TABLES, SB_FIELDS
+from hw.encodings import (CPL_BYTES, CPL_FIELDS, DESC_BYTES, LOG_SLOT_BYTES, N_TABLES, SB_FIELDS,
+                          pack_fields)
+from sw_model.training import snap_capacity, snap_slot_addr
 
 RING = 16
 
@@ -760,6 +765,129 @@ async def device_recovery_epoch_with_bit_63_set(dut):
         await tb.check(f"after recovery from epoch {e:#x}")
         assert tb.model.recovery_epoch == (e + 1) % (1 << 64), tb.where(
             f"model epoch {tb.model.recovery_epoch:#x}")
+
+
+class _CopyStarted(Exception):
+    """The golden model reached a SNAPSHOT's first payload write (its write hook)."""
+
+
+def _model_starts_snapshot(tb, desc):
+    """Run SNAPSHOT ``desc`` on a copy of the golden model, stopped by its write hook at the
+    first payload write: None when the model accepts it (every check of docs/training.md
+    section 9 passed, ``A`` taken, copy started), else the completion it refuses it with. The
+    model copies atomically: a 256 MiB copy would take it seconds and gigabytes. ``tb.model``
+    is left as it was."""
+    m = copy.copy(tb.model)
+    m.mem = tb.model.mem.copy()
+    m.irq_status = set(m.irq_status)
+
+    def stop(addr, data, what):
+        if what == "snap_data":
+            raise _CopyStarted(addr)
+    m.on_write = stop
+    try:
+        return m.parse_cpl(m.execute(desc))
+    except _CopyStarted:
+        return None
+
+
+@cocotb.test()
+async def device_snapshot_lengths_at_the_slot_capacity(dut):
+    """SNAPSHOTs of lengths at the slot capacity (docs/training.md section 9: ``slot_bytes - 64``,
+    256 MiB - 64 by default, from an unaligned source in staging): capacity + 1 and + 64 are
+    refused with SNAP_LENGTH (value = the length; completions, memory and error CSRs equal the
+    model's), while one length drawn from the 512 below the capacity with bit 9 clear, and the
+    capacity itself, are accepted (the model, stopped at its first payload write, accepts them
+    too). An accepted copy is not simulated to its end (4.2 M lines): its completion must be
+    the contract's (OK, ``lines`` = ceil(length / 64), the rest 0) at once, with no error,
+    STATUS.SNAP_BUSY = 1 and MLP_* still the previous snapshot's; once the staged first 256
+    source lines have been copied every payload line written equals its source line; then
+    power fails mid-copy, and after recovery (the model given the checked payload lines and
+    completion record) memory and CSRs equal the model: the previous snapshot (slot A) is
+    recovered, nothing else was written. Written for mutant 18 of ``hw/cmdproc/decoder.py:118``
+    (bit 9 of the length forced 1 in ``length > capacity``: lengths in the 512 below the
+    capacity with bit 9 clear refused)."""
+    tb = DeviceTB(dut, latency=8, name="snapshot_at_capacity")
+    cfg, rng, drv = tb.cfg, tb.rng, tb.drv
+    slot_bytes = (cfg.slots_size // 2) // 64 * 64                  # the contract's formula
+    cap = slot_bytes - 64
+    assert snap_capacity(cfg) == cap, (snap_capacity(cfg), cap)
+    window = [n for n in range(cap - 511, cap + 1) if not n & 1 << 9]
+    assert window, f"capacity {cap:#x}: no length below it with bit 9 clear"
+    await tb.power_on()
+    await tb.recover()
+    await tb.configure_ring(RING)
+    # snapshot 1 in slot A and batch 1 committed: A = P = C = 1, so epoch 2 goes to slot B
+    s1 = tb.stage(rng.integers(0, 256, 300, dtype=np.uint8).tobytes())
+    await tb.run([DeviceDriver.snapshot_desc(1, s1, 300, 1), commit(1, 2)], "snapshot 1")
+    await drv.wait_snapshot_idle()
+    await tb.check("after snapshot 1")
+    base = tb.salloc.alloc(cap + 128)
+    src = base + int(rng.integers(1, 64))                          # realigned copy
+    prefix = 256 * 64                                              # staged; the rest reads 0
+    tb.poke(src, rng.integers(0, 256, prefix, dtype=np.uint8).tobytes())
+    s0, s_end = cfg.staging_base, cfg.staging_base + cfg.staging_size
+    assert s0 <= src and src + cap + 64 <= s_end
+
+    refused = [cap + 1, cap + 64]
+    got = await tb.run([DeviceDriver.snapshot_desc(2, src, n, 10 + k)
+                        for k, n in enumerate(refused)], "lengths over the capacity")
+    for n, c in zip(refused, got, strict=True):
+        assert (int(c["status"]), int(c["err_value"]), c["lines"]) == (E.SNAP_LENGTH, n, 0), \
+            tb.where(f"length {n:#x} > capacity {cap:#x}: {E(int(c['status'])).name} "
+                     f"{int(c['err_value']):#x}, contract SNAP_LENGTH {n:#x}")
+    await tb.check("after the lengths over the capacity")
+
+    pay = snap_slot_addr(cfg, 1) + 64                               # slot B's payload
+    for k, n in enumerate([int(rng.choice(window)), cap]):
+        what = f"SNAPSHOT(2) of {n:#x} bytes (capacity {cap:#x})"
+        tag = int(rng.integers(0, 1 << 32))
+        d = DeviceDriver.snapshot_desc(2, src, n, tag)
+        refusal = _model_starts_snapshot(tb, d)
+        assert refusal is None and n <= cap, tb.where(f"{what}: model refuses: {refusal}")
+        m = tb.model
+        want = dict(tag=tag, kind=int(K.SNAPSHOT), status=int(E.OK), err_bag=0, rows=0,
+                    err_value=0, sat=0, lines=-(-n // 64), log_records=0, cycles=0, batch=2,
+                    seq=(m.seq + 1) & 0xFFFFFFFF)
+        cpl_addr = m.cpl_base + CPL_BYTES * m.tail
+        await tb.ring_raw([d])
+        for _ in range(500):
+            if await drv.read("CPL_HEAD") == drv.tail:
+                break
+            await ClockCycles(dut.clk, 4)
+        (c,) = await drv.completions([(drv.tail - 1) % drv.ring_size])
+        bad = {f: (want[f], int(c[f])) for f, _, _ in CPL_FIELDS
+               if f != "cycles" and want[f] != int(c[f])}
+        assert not bad, tb.where(f"{what}: accepted by the contract and the model, RTL "
+                                 f"completion differs (contract, RTL): {bad}")
+        errs = (await drv.read("ERR_COUNT"),
+                bool(await drv.read("STATUS") & drv.STATUS_ERROR))
+        assert errs == (m.err_count, m.status_error), tb.where(f"{what}: error CSRs {errs}")
+        st = await drv.mlp_state()
+        assert (st["busy"], st["slot"], st["epoch"]) == (1, 1, 1), tb.where(
+            f"{what}: STATUS/MLP_* {st} while the copy runs")
+        for _ in range(2000):
+            if tb.mem.read(pay + prefix - 64, 64) == tb.mem.read(src + prefix - 64, 64):
+                break
+            await ClockCycles(dut.clk, 8)
+        assert await drv.read("STATUS") & drv.STATUS_SNAP_BUSY, tb.where(f"{what}: not busy")
+        written = [a for a in tb.mem.lines() if pay <= a < pay + n]
+        assert set(range(pay, pay + prefix, 64)) <= set(written), tb.where(
+            f"{what}: the first {prefix // 64} payload lines not written "
+            f"({len(written)} lines written)")
+        for a in written:
+            assert tb.mem.read(a, 64) == tb.mem.read(src + a - pay, 64), tb.where(
+                f"{what}: payload line {(a - pay) // 64} differs from its source")
+        dut._log.info(f"{what}: accepted, {len(written)} payload lines written, power cut")
+        await tb.power_on()
+        for a in written:                     # the lines the copy may write, checked above
+            m.mem.write(a, tb.mem.read(a, 64))
+        m.mem.write(cpl_addr, pack_fields(CPL_FIELDS, want, CPL_BYTES))
+        await tb.recover()
+        await tb.check(f"after {what} cut by a power failure")
+        st = await drv.mlp_state()
+        assert (st["slot"], st["epoch"]) == (1, 1), tb.where(f"{what}: recovered {st}")
+        await tb.configure_ring(RING)
 
 
 # ---------------------------------------------------------------------------- 2. bad input

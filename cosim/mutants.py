@@ -37,7 +37,8 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
-           "mutant_verilog", "selector_values", "load_list", "PREPARE", "prove_equivalent"]
+           "mutant_verilog", "selector_values", "load_list", "PREPARE", "prove_equivalent",
+           "local_mutation"]
 
 MUTSEL_WIDTH = 16
 # The netlist every candidate is drawn from and every mutant is applied to: the same script
@@ -240,23 +241,144 @@ def load_list(path) -> dict:
     return designs
 
 
-def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, seq: int = 4,
-                     timeout: float = 300.0) -> bool:
-    """True when Yosys proves the mutant ``cmd`` equivalent to the original design: the
-    prepared netlist is copied, the copy mutated (no selector), both optimised, matched by
-    signal name (``equiv_make``) and every match proven by ``equiv_simple -seq`` and
-    ``equiv_induct -seq`` (temporal induction with no reset assumption, so a proof holds from
-    any state in which the matched signals agree). False when unproven, on a Yosys error or
-    after ``timeout`` seconds: "equivalent" is only ever claimed with a proof."""
-    gate_cmd = re.sub(r"-module \S+", "-module gate", cmd)
-    if gate_cmd == cmd:
-        raise MutantError(f"mutation {cmd!r} names no -module")
-    script = [*_prepare(top), f"rename {top} gold", "copy gold gate", f"mutate {gate_cmd}",
-              "opt -full gold gate", "opt_clean -purge gold gate",
-              "equiv_make gold gate equiv", "hierarchy -top equiv",
-              f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}", "equiv_status -assert"]
+_EQUIV = ("opt -full gold gate", "opt_clean -purge gold gate", "equiv_make gold gate equiv",
+          "hierarchy -top equiv")
+
+
+def _is_clock_mutation(cmd: str) -> bool:
+    """A mutation of a clock input (a flip-flop's ``CLK``, a memory port's ``RD_CLK`` or
+    ``WR_CLK``): never proven. The equiv_* proofs step every flip-flop together, so they
+    cannot see a register moved to the other clock edge (the smoke design's clock inversion
+    "proved" equivalent)."""
+    port = re.search(r"-port (\S+)", cmd)
+    return port is not None and (port[1] == "CLK" or port[1].endswith("_CLK"))
+
+
+def _prove(rtlil_text: str, script: list[str], seq: int, timeout: float) -> bool:
+    script = [*script, f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}",
+              "equiv_status -assert"]
     try:
         _run_yosys(rtlil_text, script, (), timeout=timeout)
     except (MutantError, subprocess.TimeoutExpired):
         return False
     return True
+
+
+def _instances(rtlil_text: str) -> dict[str, dict[str, str]]:
+    """``{module: {instance cell: module it instantiates}}`` of unflattened RTLIL (the
+    instance cells are the cells whose type is a module of the text)."""
+    cells, module = {}, None
+    for line in rtlil_text.splitlines():
+        w = line.split()
+        if len(w) == 2 and w[0] == "module":
+            module = w[1]
+            cells[module] = {}
+        elif len(w) == 3 and w[0] == "cell" and module is not None:
+            cells[module][w[2]] = w[1]
+    return {m: {n: t for n, t in c.items() if t in cells} for m, c in cells.items()}
+
+
+def local_mutation(rtlil_text: str, top: str, cmd: str) -> tuple[str, str, str]:
+    """The mutation ``cmd`` of the flattened design (``-module top``) restated on the
+    smallest module that holds its cell: ``(module, instance path, options)`` where
+    ``options`` name ``-module gate`` and the cell's name inside that module.
+
+    ``flatten`` names a cell of the instance ``\\a`` of the instance ``\\u`` of the top
+    ``$flatten\\u.\\a.$238`` when the cell's own name is private (``$238``), and
+    ``\\u.a.name`` when it is public (``\\name``); the path is resolved against the instance
+    cells of the unflattened RTLIL (:func:`_instances`), deepest instance first. Amaranth
+    writes one RTLIL module per elaboratable instance (checked on the full device: 101
+    modules, each instantiated once), and a proof about a module covers every instance of
+    it anyway. ``-wire``/``-src`` are notes that ``mutate`` ignores (``list_candidates``
+    drops them); ``-mode``, ``-port``, ``-portbit`` and ``-ctrlbit`` (cnot's control bit, a
+    bit of the same port) carry over unchanged. Raises :class:`MutantError` when the cell's
+    name does not resolve to a module of the text."""
+    mod = re.search(r"-module (\S+)", cmd)
+    cell = re.search(r"-cell (\S+)", cmd)
+    if mod is None or cell is None or mod[1] != top:
+        raise MutantError(f"mutation {cmd!r} does not name -module {top} and a -cell")
+    tree = _instances(rtlil_text)
+    module, path, name = "\\" + top, [], cell[1]
+    if module not in tree:
+        raise MutantError(f"no module {top} in the RTLIL")
+    if name.startswith("$flatten\\"):
+        rest, public = name[len("$flatten"):], False
+    elif name.startswith("\\") and "." in name:
+        rest, public = name[1:], True
+    else:
+        rest = None                         # a cell of the top itself
+    while rest is not None:
+        # an instance as the flattened name spells it: \u. (private cell) or u. (public)
+        hits = [(inst, typ) for inst, typ in tree[module].items()
+                if rest.startswith((inst[1:] if public else inst) + ".")]
+        if not hits:
+            break
+        inst, typ = max(hits, key=lambda h: len(h[0]))
+        rest = rest[len(inst) - public + 1:]
+        module = typ
+        path.append(inst[1:])
+    if rest is not None:
+        if not path:
+            raise MutantError(f"cell {name} names no instance of {top}")
+        name = "\\" + rest if public else rest
+        if "." in rest if public else (not rest.startswith("$") or ".\\" in rest):
+            raise MutantError(f"cell {cell[1]}: {rest!r} is not a cell name of "
+                              f"{module} (an instance path that does not resolve)")
+    options = cmd.replace(f"-module {top}", "-module gate", 1).replace(
+        f"-cell {cell[1]}", f"-cell {name}", 1)
+    return module, ".".join(path), options
+
+
+def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, scope: str = "module",
+                     seq: int = 4, timeout: float = 300.0) -> bool:
+    """True when Yosys proves the mutant ``cmd`` (of the flattened design ``top``)
+    equivalent to the original; False when unproven, on a Yosys error (a cell, port or bit
+    that is not there: ``mutate`` fails on each) or after ``timeout`` seconds, and always
+    for a clock-input mutation (:func:`_is_clock_mutation`): "equivalent" is only ever
+    claimed with a proof.
+
+    The recipe: a prepared netlist is copied, the copy mutated (no selector), both
+    optimised (``opt -full``), matched by signal name (``equiv_make``) and every match
+    proven by ``equiv_simple -seq`` and ``equiv_induct -seq``. Neither assumes a reset or an
+    initial state: what is proven is Yosys' temporal induction, that gold and gate cannot
+    diverge on any matched signal (ports included) after they agreed on all of them for
+    ``seq`` cycles, for every input sequence.
+
+    ``scope="design"``: the netlist is the whole prepared design (:data:`PREPARE`), the one
+    the mutant was drawn from. ``scope="module"`` (the default; much cheaper on the device,
+    where whole-design proofs do not finish): the netlist is only the smallest module that
+    holds the mutated cell (:func:`local_mutation`), as ``proc`` leaves it in the whole
+    design (same cell names), with its own submodules flattened into it, and its ports free.
+
+    *Why a module proof holds in every context.* The module proof covers every input
+    sequence of the module's ports, so it covers the one its parent drives. Let the whole
+    mutated design and the original start in agreement (every matched signal of the module
+    agreeing for ``seq`` cycles, the rest of the design in the same state). At each cycle
+    the rest of the design, unchanged, sees the same module outputs in both, so it holds
+    the same state and drives the same module inputs; given those, the proof keeps the
+    module's outputs equal in the next cycle; by induction over cycles the two designs
+    never differ at any port. The module proof is conservative: inputs that the parent
+    never drives (a request that never comes, two ports always equal) still count, so a
+    mutation equivalent only in its context is not proven here (``scope="design"`` may).
+    Both scopes share Yosys' caveat: the first ``seq`` cycles after reset are not covered
+    by the induction, only by the simulation the mutant survived."""
+    if scope not in ("module", "design"):
+        raise ValueError(f"scope must be 'module' or 'design', got {scope!r}")
+    if _is_clock_mutation(cmd):
+        return False
+    if scope == "module":
+        try:
+            module, _, gate_cmd = local_mutation(rtlil_text, top, cmd)
+        except MutantError:
+            return False
+        # proc over the whole design first, so that the names proc gives its cells are the
+        # ones the flattened draw saw; then only the module and what it instantiates
+        prepare = [f"hierarchy -top {top}", "proc", f"hierarchy -top {module}",
+                   *(p for p in PREPARE if p != "proc"), f"rename {module} gold"]
+    else:
+        gate_cmd = re.sub(r"-module \S+", "-module gate", cmd)
+        if gate_cmd == cmd:
+            raise MutantError(f"mutation {cmd!r} names no -module")
+        prepare = [*_prepare(top), f"rename {top} gold"]
+    script = [*prepare, "copy gold gate", f"mutate {gate_cmd}", *_EQUIV]
+    return _prove(rtlil_text, script, seq, timeout)

@@ -18,17 +18,29 @@ the coverage data is per Verilog module, not per Amaranth line: selection is per
 
 *Outcomes.* ``killed`` (a bench failed: a cocotb test, an RTL ``Assert``, the simulator died),
 ``timeout`` (killed by hang), ``survived`` (every selected bench passed), ``equivalent``
-(a survivor that Yosys proves equivalent to the original, ``cosim.mutants.prove_equivalent``;
-only survivors are tried, since a killed mutant is not equivalent; ``--prove-only`` reruns the
-proofs on an existing report). A mutant whose selection is gone from the mutant build
+(a survivor that Yosys proves equivalent to the original, ``cosim.mutants.prove_equivalent``:
+first on the smallest module holding the mutated cell, its ports free, which proves it in any
+context and is cheap; with ``--prove-design`` then on the whole design, which does not finish
+on the device; only survivors are tried, since a killed mutant is not equivalent;
+``--prove-only`` reruns the proofs on an existing report). A mutant whose selection is gone from the mutant build
 (``cosim.mutants.selector_values``: the ``opt_clean`` after ``mutate`` removed its logic, as
 nothing observable depends on it) is ``equivalent`` without a run, with :data:`REMOVED_WHY`;
 ``--rerun-survivors`` and ``--prove-only`` apply the same rule to the campaign's build.
 Before any mutant counts, mutant 0 (no mutation, the mutant build itself) must pass every
 bench of every target.
 
+*Reproducible campaigns.* A campaign is drawn only from committed hw: with uncommitted
+changes under ``hw/`` (``git status --porcelain -- hw/``) the runner stops and names them,
+unless ``--allow-dirty-hw`` (then ``"hw_dirty": true`` and the files in the report). The
+commit, and per target the design key and the prepared-from RTLIL (``<out>/rtlil/<target>.il.gz``)
+are recorded in ``<out>/campaign.json`` and hw.json; ``--prove-only`` and ``--rerun-survivors``
+prove against that saved RTLIL, so a cell name means the cell the campaign ran whatever hw/ is
+by then. A campaign that saved none is proven against today's RTLIL only when its design key
+is the one the campaign recorded, else refused; ``--resume`` and ``--report-only`` refuse when
+today's draw has other design keys than the campaign's list.
+
 Exit status 0 when the campaign ran (the score is a result, not a pass/fail), 1 when mutant 0
-failed, 2 on bad arguments. The report: ``<out>/hw.json`` (every mutant with its source lines,
+failed, 2 on bad arguments or a refused campaign. The report: ``<out>/hw.json`` (every mutant with its source lines,
 ``mutate`` command and outcome; every survivor listed) and a table per block on stdout.
 """
 from __future__ import annotations
@@ -147,16 +159,18 @@ def _own_src(cand: dict, target: Target) -> str | None:
 def draw(targets: list[str], n: int, seed: int, log=print) -> dict:
     """The campaign's mutants: ``n`` split over ``targets`` by their share, each drawn from
     a ``mutate -list`` sample of the target's netlist filtered to its own sources. Returns the
-    list file's content plus a ``mutants`` table (id, target, block, src, cmd, mode)."""
+    list file's content plus a ``mutants`` table (id, target, block, src, cmd, mode) and
+    ``rtlil``: each target's (RTLIL, design key), the netlist the cell names refer to."""
     from cosim import mutants as mu
     shares = [TARGETS[t].share for t in targets]
     want = [max(1, round(n * s / sum(shares))) for s in shares]
     want[-1] = n - sum(want[:-1])
-    designs, table, next_id = {}, [], 1
+    designs, table, next_id, texts = {}, [], 1, {}
     for t, k in zip(targets, want):
         tgt = TARGETS[t]
         t0 = time.monotonic()
         rtlil, key = mu.design_rtlil(_component(t), tgt.top)
+        texts[t] = (rtlil, key)
         pool = mu.list_candidates(rtlil, tgt.top, max(20 * k, 1000), seed)
         own = [(c, _own_src(c, tgt)) for c in pool]
         own = [(c, s) for c, s in own if s is not None]
@@ -181,7 +195,106 @@ def draw(targets: list[str], n: int, seed: int, log=print) -> dict:
         designs[key] = {"top": tgt.top, "mutants": muts}
         log(f"mutate-hw: {t}: {len(muts)} mutants from {len(pool)} candidates "
             f"({len(own)} in {', '.join(tgt.sources)}), {time.monotonic() - t0:.0f} s")
-    return {"seed": seed, "designs": designs, "mutants": table}
+    return {"seed": seed, "designs": designs, "mutants": table, "rtlil": texts}
+
+
+# ------------------------------------------------------------------------- campaign records
+class CampaignError(RuntimeError):
+    """A campaign cannot be drawn, resumed or proven as asked (printed, exit status 2)."""
+
+
+def hw_changes(root: Path | None = None) -> list[str]:
+    """``git status --porcelain -- hw/`` of the checkout (one line per changed file)."""
+    from cosim.mutants import repo_root
+    root = repo_root() if root is None else root
+    try:
+        r = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "hw/"],
+                           capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CampaignError(f"cannot tell whether hw/ is clean: {e}") from None
+    if r.returncode:
+        raise CampaignError(f"cannot tell whether hw/ is clean: git status failed: "
+                            f"{r.stderr.strip()}")
+    return [line for line in r.stdout.splitlines() if line.strip()]
+
+
+def _head(root: Path | None = None) -> str | None:
+    from cosim.mutants import repo_root
+    r = subprocess.run(["git", "-C", str(repo_root() if root is None else root), "rev-parse",
+                        "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def check_hw_clean(allow_dirty: bool, changes=None) -> list[str]:
+    """The changed hw/ files; a :class:`CampaignError` naming them unless ``allow_dirty``:
+    a campaign drawn from uncommitted hw cannot be rebuilt from any commit."""
+    changes = hw_changes() if changes is None else changes
+    if changes and not allow_dirty:
+        raise CampaignError(
+            "hw/ has uncommitted changes, so the campaign's design would match no commit:\n  "
+            + "\n  ".join(changes) + "\ncommit them (or stash them), or pass --allow-dirty-hw "
+            "(recorded as \"hw_dirty\": true in hw.json)")
+    return changes
+
+
+def campaign_record(out: Path, rtlil: dict, changes: list[str]) -> dict:
+    """What ``campaign.json`` (and hw.json) record of the draw: the commit, whether hw/ was
+    dirty, and per target its top, design key and prepared-from RTLIL, saved gzipped as
+    ``rtlil/<target>.il.gz`` in ``out`` so proofs later use the netlist the cell names came
+    from whatever hw/ is by then."""
+    import gzip
+    (out / "rtlil").mkdir(parents=True, exist_ok=True)
+    saved = {}
+    for t, (text, key) in rtlil.items():
+        rel = f"rtlil/{t}.il.gz"
+        with gzip.open(out / rel, "wt") as f:
+            f.write(text)
+        saved[t] = {"top": TARGETS[t].top, "key": key, "file": rel}
+    record = {"commit": _head(), "hw_dirty": bool(changes), "rtlil": saved}
+    if changes:
+        record["hw_changes"] = changes
+    return record
+
+
+def campaign_rtlil(report: dict, out: Path, targets, today=None) -> dict:
+    """``{target: (RTLIL, design key)}`` the campaign's mutants were drawn from: the RTLIL
+    saved with the campaign (its key checked), or, for a campaign that saved none, today's
+    RTLIL when its key is the one the campaign recorded (hw.json, else the list file
+    ``mutants.json``). Otherwise a :class:`CampaignError`: applied to other hw, a cell name
+    of the draw may name another cell, or none. ``today(target)`` gives today's (RTLIL, key)."""
+    import gzip
+    import hashlib
+    if today is None:
+        from cosim import mutants as mu
+
+        def today(t):
+            return mu.design_rtlil(_component(t), TARGETS[t].top)
+    saved = report.get("rtlil") or {}
+    listed = {}
+    if (out / "mutants.json").is_file():
+        for key, d in json.loads((out / "mutants.json").read_text())["designs"].items():
+            listed.setdefault(d["top"], []).append(key)
+    got = {}
+    for t in targets:
+        entry = saved.get(t)
+        if entry and (out / entry["file"]).is_file():
+            text = gzip.open(out / entry["file"], "rt").read()
+            if hashlib.sha256(text.encode()).hexdigest()[:16] != entry["key"]:
+                raise CampaignError(f"{out / entry['file']}: not the RTLIL of design key "
+                                    f"{entry['key']} (changed since the draw)")
+            got[t] = (text, entry["key"])
+            continue
+        keys = [entry["key"]] if entry else listed.get(TARGETS[t].top, [])
+        text, key = today(t)
+        if keys != [key]:
+            raise CampaignError(
+                f"campaign {out} saved no RTLIL of target {t}, and today's hw gives design "
+                f"key {key}, not the campaign's ({', '.join(keys) or 'none recorded'}): its "
+                f"cell names may name other cells now. Prove against the hw it was drawn "
+                f"from (a checkout of its commit, {report.get('commit') or 'not recorded'}), "
+                f"or draw a new campaign")
+        got[t] = (text, key)
+    return got
 
 
 def _mutant_design(t: str):
@@ -388,6 +501,12 @@ def _parser():
     p.add_argument("--prove-timeout", type=float, default=120.0, metavar="S",
                    help="seconds for each survivor's equivalence proof (0: no proofs; "
                         "default 120)")
+    p.add_argument("--prove-design", action="store_true",
+                   help="after the module proof, try the whole-design proof too (slow: it "
+                        "does not finish on the device)")
+    p.add_argument("--allow-dirty-hw", action="store_true",
+                   help="draw even when hw/ has uncommitted changes (recorded as "
+                        "\"hw_dirty\": true; such a campaign matches no commit)")
     p.add_argument("--proofs-cached-only", action="store_true",
                    help="use only the proofs already in <out>/proofs.json (no new ones)")
     p.add_argument("--prove-only", action="store_true",
@@ -444,19 +563,46 @@ def main(argv=None) -> int:
             parser.error(f"no report {out / 'hw.json'} to work on (run the campaign first)")
         report = json.loads((out / "hw.json").read_text())
         exclude = {x.strip() for x in (args.exclude_benches or "").split(",") if x.strip()}
+        rtlil = {}
+        if args.prove_timeout:      # before any rerun: refuse early when it cannot be proven
+            try:
+                rtlil = campaign_rtlil(report, out, sorted(
+                    {m["target"] for m in report["mutants"] if m.get("outcome") == "survived"}))
+            except CampaignError as e:
+                print(f"mutate-hw: {e}", file=sys.stderr)
+                return 2
         mark_removed(report["mutants"], report["builds"])
         if args.rerun_survivors and _rerun_survivors(report, out, args.timeout_factor, exclude):
             return 1
         if args.prove_timeout:
-            _prove_survivors(report["mutants"], report["targets"], args.prove_timeout,
-                             out / "proofs.json", args.proofs_cached_only)
+            _prove_survivors(report["mutants"], rtlil, args.prove_timeout, out / "proofs.json",
+                             args.proofs_cached_only, args.prove_design)
         return _finish(report, out, time.monotonic() - t_start)
+    try:
+        changes = check_hw_clean(args.allow_dirty_hw)
+    except CampaignError as e:
+        print(f"mutate-hw: {e}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     print(f"mutate-hw: seed {args.seed} (reproduce: --seed {args.seed}), targets "
           f"{','.join(targets)}, {args.mutants} mutants")
     drawn = draw(targets, args.mutants, args.seed)
     list_file = out / "mutants.json"
+    record_file = out / "campaign.json"
+    if (args.resume or args.report_only) and list_file.is_file():
+        before = sorted(json.loads(list_file.read_text())["designs"])
+        if before != sorted(drawn["designs"]):
+            print(f"mutate-hw: the campaign in {out} was drawn from other hw (design keys "
+                  f"{', '.join(before)}; today's: {', '.join(sorted(drawn['designs']))}): "
+                  f"its results name other mutants. Check out its commit to resume or "
+                  f"report it", file=sys.stderr)
+            return 2
     list_file.write_text(json.dumps({"designs": drawn["designs"]}, indent=1) + "\n")
+    if (args.resume or args.report_only) and record_file.is_file():
+        record = json.loads(record_file.read_text())     # the draw's, not this step's
+    else:
+        record = campaign_record(out, drawn["rtlil"], changes)
+        record_file.write_text(json.dumps(record, indent=1) + "\n")
     table = drawn["mutants"]
     import hashlib
     digest = hashlib.sha256(list_file.read_bytes()).hexdigest()[:16]
@@ -473,7 +619,7 @@ def main(argv=None) -> int:
         mark_removed(table, builds)
         report = {"seed": args.seed, "targets": targets, "generated": len(table),
                   "excluded_benches": sorted(exclude), "partial": len(done) < len(table),
-                  "builds": builds, "mutants": table}
+                  **record, "builds": builds, "mutants": table}
         return _finish(report, out, time.monotonic() - t_start)
     builds = _builds(targets, list_file)
     removed = set(mark_removed(table, builds))
@@ -509,10 +655,11 @@ def main(argv=None) -> int:
     report = {"seed": args.seed, "targets": targets, "generated": len(table),
               "excluded_benches": sorted(exclude),
               "timeouts_s": {f"{t}:{i}": round(v) for (t, i), v in timeouts.items()},
-              "builds": builds, "mutants": table}
+              **record, "builds": builds, "mutants": table}
     (out / "hw.json").write_text(json.dumps(report, indent=1) + "\n")   # before the proofs
     if args.prove_timeout:
-        _prove_survivors(table, targets, args.prove_timeout, out / "proofs.json")
+        _prove_survivors(table, drawn["rtlil"], args.prove_timeout, out / "proofs.json",
+                         whole_design=args.prove_design)
     return _finish(report, out, time.monotonic() - t_start)
 
 
@@ -574,40 +721,57 @@ def _rerun_survivors(report: dict, out: Path, factor: float, exclude=()) -> int:
     return 0
 
 
-def _prove_survivors(table: list[dict], targets: list[str], timeout: float,
-                     cache: Path | None = None, cached_only: bool = False) -> None:
+def _prove_survivors(table: list[dict], rtlil: dict, timeout: float, cache: Path | None = None,
+                     cached_only: bool = False, whole_design: bool = False, log=print) -> None:
     """Survivors proven equivalent (``cosim.mutants.prove_equivalent``) become ``equivalent``.
-    Mutations of a clock input are never proven: the proof steps every flip-flop together, so
-    it cannot see a register moved to the other clock edge. ``cache`` (a JSON file) keeps each
-    proof by design key and mutation, so a rerun does not redo them."""
+    Each is tried on the smallest module holding its cell first (``scope="module"``: cheap,
+    and conservative), then, with ``whole_design``, on the whole design. ``rtlil[target]``
+    is the (RTLIL, design key) the mutant was drawn from (:func:`campaign_rtlil`), so the
+    cell names mean the cells the campaign ran. Mutations of a clock input are never proven
+    (see ``cosim.mutants._is_clock_mutation``). ``cache`` (a JSON file) keeps each proof by
+    design key, scope and mutation, so a rerun does not redo them; a survivor whose proof
+    failed before is tried again when ``timeout`` is longer than the failed attempt's."""
     from cosim import mutants as mu
-    todo = [m for m in table if m.get("outcome") == "survived" and "proof" not in m]
+    todo = [m for m in table if m.get("outcome") == "survived"]
     known = json.loads(cache.read_text()) if cache and cache.is_file() else {}
-    rtlil = {}
     for m in todo:
-        if "-port CLK " in m["cmd"] + " ":
+        if mu._is_clock_mutation(m["cmd"]):
             m["proof"] = "not attempted (clock port)"
             continue
         t = m["target"]
-        if t not in rtlil:
-            rtlil[t] = mu.design_rtlil(_component(t), TARGETS[t].top)
-        ck = f"{rtlil[t][1]} {m['cmd']}"
-        if ck in known and (known[ck]["proven"] or known[ck]["timeout"] >= timeout
-                            or cached_only):
-            proven, limit = known[ck]["proven"], known[ck]["timeout"]
-        elif cached_only:
-            m["proof"] = "not attempted"
-            continue
-        else:
-            proven = mu.prove_equivalent(rtlil[t][0], TARGETS[t].top, m["cmd"],
-                                         timeout=timeout)
-            limit = timeout
-            known[ck] = {"proven": proven, "timeout": timeout}
-            if cache:
-                cache.write_text(json.dumps(known, indent=1) + "\n")
-        m["proof"] = "proven" if proven else f"not proven within {limit:g} s"
-        print(f"mutate-hw: survivor {m['id']} ({m['src']}): equivalence {m['proof']}")
-        if proven:
+        text, key = rtlil[t]
+        try:
+            m["proof_module"] = mu.local_mutation(text, TARGETS[t].top, m["cmd"])[1] or "(top)"
+        except mu.MutantError as e:
+            m["proof_module"] = f"unresolved: {e}"
+        notes, proven_by = [], None
+        for scope in ("module", "design") if whole_design else ("module",):
+            # design-scope entries keep the key they had before module proofs existed
+            ck = f"{key} {m['cmd']}" if scope == "design" else f"{key} module {m['cmd']}"
+            k = known.get(ck)
+            if k and (k["proven"] or k["timeout"] >= timeout or cached_only):
+                proven, limit = k["proven"], k["timeout"]
+            elif cached_only:
+                notes.append(f"{scope}: not attempted")
+                continue
+            else:
+                t0 = time.monotonic()
+                proven = mu.prove_equivalent(text, TARGETS[t].top, m["cmd"], scope=scope,
+                                             timeout=timeout)
+                limit = timeout
+                known[ck] = {"proven": proven, "timeout": timeout,
+                             "seconds": round(time.monotonic() - t0, 1)}
+                if cache:
+                    cache.write_text(json.dumps(known, indent=1) + "\n")
+            if proven:
+                proven_by = scope
+                break
+            notes.append(f"{scope}: not proven within {limit:g} s")
+        where = {"module": f"module {m['proof_module']}", "design": "whole design"}
+        m["proof"] = (f"proven ({where[proven_by]})" if proven_by else
+                      "; ".join(notes).replace("module:", f"{where['module']}:"))
+        log(f"mutate-hw: survivor {m['id']} ({m['src']}): equivalence {m['proof']}")
+        if proven_by:
             m["outcome"] = "equivalent"
 
 

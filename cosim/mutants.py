@@ -38,7 +38,7 @@ from pathlib import Path
 
 __all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
            "mutant_verilog", "selector_values", "load_list", "PREPARE", "prove_equivalent",
-           "local_mutation"]
+           "equivalence", "local_mutation"]
 
 MUTSEL_WIDTH = 16
 # The netlist every candidate is drawn from and every mutant is applied to: the same script
@@ -254,14 +254,21 @@ def _is_clock_mutation(cmd: str) -> bool:
     return port is not None and (port[1] == "CLK" or port[1].endswith("_CLK"))
 
 
-def _prove(rtlil_text: str, script: list[str], seq: int, timeout: float) -> bool:
+def _prove(rtlil_text: str, script: list[str], seq: int, timeout: float) -> str:
+    """"proven", "unproven" (``equiv_status`` found unproven matches), "timeout" or
+    "error: <Yosys' message>" (a cell, port or bit the mutation names is not there...)."""
     script = [*script, f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}",
               "equiv_status -assert"]
     try:
         _run_yosys(rtlil_text, script, (), timeout=timeout)
-    except (MutantError, subprocess.TimeoutExpired):
-        return False
-    return True
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    except MutantError as e:
+        if "unproven $equiv cells" in str(e):
+            return "unproven"
+        errors = re.findall(r"ERROR: (.*)", str(e))
+        return "error: " + (errors[-1] if errors else str(e).splitlines()[0])[:300]
+    return "proven"
 
 
 def _instances(rtlil_text: str) -> dict[str, dict[str, str]]:
@@ -332,17 +339,28 @@ def local_mutation(rtlil_text: str, top: str, cmd: str) -> tuple[str, str, str]:
 def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, scope: str = "module",
                      seq: int = 4, timeout: float = 300.0) -> bool:
     """True when Yosys proves the mutant ``cmd`` (of the flattened design ``top``)
-    equivalent to the original; False when unproven, on a Yosys error (a cell, port or bit
-    that is not there: ``mutate`` fails on each) or after ``timeout`` seconds, and always
-    for a clock-input mutation (:func:`_is_clock_mutation`): "equivalent" is only ever
-    claimed with a proof.
+    equivalent to the original (:func:`equivalence` says ``"proven"``)."""
+    return equivalence(rtlil_text, top, cmd, scope=scope, seq=seq,
+                       timeout=timeout) == "proven"
+
+
+def equivalence(rtlil_text: str, top: str, cmd: str, *, scope: str = "module", seq: int = 4,
+                timeout: float = 300.0) -> str:
+    """``"proven"`` when Yosys proves the mutant ``cmd`` (of the flattened design ``top``)
+    equivalent to the original; otherwise why not: ``"unproven"`` (matches left unproven:
+    the mutant differs, or the induction is too weak to show it does not), ``"timeout"``
+    (after ``timeout`` seconds), ``"clock"`` (a clock-input mutation,
+    :func:`_is_clock_mutation`, never tried) or ``"error: ..."`` (Yosys failed, e.g. a
+    cell, port or bit that is not there: ``mutate`` fails on each; or the cell's instance
+    path does not resolve). "Equivalent" is only ever claimed with a proof.
 
     The recipe: a prepared netlist is copied, the copy mutated (no selector), both
     optimised (``opt -full``), matched by signal name (``equiv_make``) and every match
-    proven by ``equiv_simple -seq`` and ``equiv_induct -seq``. Neither assumes a reset or an
-    initial state: what is proven is Yosys' temporal induction, that gold and gate cannot
-    diverge on any matched signal (ports included) after they agreed on all of them for
-    ``seq`` cycles, for every input sequence.
+    proven by ``equiv_simple -seq`` and ``equiv_induct -seq``. Neither assumes a reset:
+    what is proven is Yosys' temporal induction, that gold and gate cannot diverge on any
+    matched signal (ports included) after they agreed on all of them for ``seq`` cycles, for
+    every input sequence. Initial values enter only where ``opt`` folds a flip-flop that
+    can never leave its initial value; the module has the same ones in the whole design.
 
     ``scope="design"``: the netlist is the whole prepared design (:data:`PREPARE`), the one
     the mutant was drawn from. ``scope="module"`` (the default; much cheaper on the device,
@@ -365,12 +383,12 @@ def prove_equivalent(rtlil_text: str, top: str, cmd: str, *, scope: str = "modul
     if scope not in ("module", "design"):
         raise ValueError(f"scope must be 'module' or 'design', got {scope!r}")
     if _is_clock_mutation(cmd):
-        return False
+        return "clock"
     if scope == "module":
         try:
             module, _, gate_cmd = local_mutation(rtlil_text, top, cmd)
-        except MutantError:
-            return False
+        except MutantError as e:
+            return f"error: {e}"
         # proc over the whole design first, so that the names proc gives its cells are the
         # ones the flattened draw saw; then only the module and what it instantiates
         prepare = [f"hierarchy -top {top}", "proc", f"hierarchy -top {module}",

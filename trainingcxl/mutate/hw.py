@@ -749,24 +749,28 @@ def _prove_survivors(table: list[dict], rtlil: dict, timeout: float, cache: Path
             # design-scope entries keep the key they had before module proofs existed
             ck = f"{key} {m['cmd']}" if scope == "design" else f"{key} module {m['cmd']}"
             k = known.get(ck)
-            if k and (k["proven"] or k["timeout"] >= timeout or cached_only):
-                proven, limit = k["proven"], k["timeout"]
+            if k and (k["proven"] or k["timeout"] >= timeout or cached_only
+                      or k.get("status", "").startswith("error")):
+                proven, limit, status = k["proven"], k["timeout"], k.get("status")
             elif cached_only:
                 notes.append(f"{scope}: not attempted")
                 continue
             else:
                 t0 = time.monotonic()
-                proven = mu.prove_equivalent(text, TARGETS[t].top, m["cmd"], scope=scope,
-                                             timeout=timeout)
-                limit = timeout
-                known[ck] = {"proven": proven, "timeout": timeout,
+                status = mu.equivalence(text, TARGETS[t].top, m["cmd"], scope=scope,
+                                        timeout=timeout)
+                proven, limit = status == "proven", timeout
+                known[ck] = {"proven": proven, "timeout": timeout, "status": status,
                              "seconds": round(time.monotonic() - t0, 1)}
                 if cache:
                     cache.write_text(json.dumps(known, indent=1) + "\n")
             if proven:
                 proven_by = scope
                 break
-            notes.append(f"{scope}: not proven within {limit:g} s")
+            why = {"unproven": "not proven (matches left unproven)", "timeout": "no proof within",
+                   None: "not proven within"}.get(status, status)
+            notes.append(f"{scope}: {why}" + (f" {limit:g} s" if status in ("timeout", None)
+                                              else ""))
         where = {"module": f"module {m['proof_module']}", "design": "whole design"}
         m["proof"] = (f"proven ({where[proven_by]})" if proven_by else
                       "; ".join(notes).replace("module:", f"{where['module']}:"))

@@ -9,6 +9,7 @@ is equivalent in the inner module alone (proven by both scopes), one the outputs
 shown able to fail, and conservative.
 """
 import inspect
+import json
 import re
 
 import pytest
@@ -121,7 +122,7 @@ def test_mutation_equivalent_in_the_inner_module_is_proven(design, scope):
 def test_observable_mutation_is_not_proven(design, scope):
     """A bit of the accumulator's sum inverted: ``z`` shows it."""
     cmd = _cmd(design, "accumulated", "$add", ("inv", "-port Y -portbit 2"))
-    assert not mu.prove_equivalent(design[0], TOP, cmd, scope=scope, timeout=120)
+    assert mu.equivalence(design[0], TOP, cmd, scope=scope, timeout=120) == "unproven"
 
 
 def test_mutation_equivalent_only_in_context_is_not_proven_by_the_module_proof(design):
@@ -141,6 +142,38 @@ def test_clock_and_missing_cells_are_never_proven(design, scope):
     dff = cells[("any", "$dff")]                  # z's register, the only one
     clk = f"-mode inv -module {TOP} -cell $flatten\\inner.{dff} -port CLK -portbit 0"
     assert not mu.prove_equivalent(rtlil, TOP, clk, scope=scope, timeout=120)
+    assert mu.equivalence(rtlil, TOP, clk, scope=scope, timeout=120) == "clock"
     gone = re.sub(r"\$flatten\\inner\.\$\d+", r"$flatten\\inner.$9999", _cmd(
         design, "absorbed", "$or", ("const1", "-port B -portbit 3")))
     assert not mu.prove_equivalent(rtlil, TOP, gone, scope=scope, timeout=120)
+    assert mu.equivalence(rtlil, TOP, gone, scope=scope, timeout=120) == (
+        "error: Cell $9999 not found in module gate." if scope == "module" else
+        "error: Cell $flatten\\inner.$9999 not found in module gate.")
+
+
+def test_runner_proves_survivors_module_first_and_the_whole_design_only_when_asked(
+        design, monkeypatch, tmp_path):
+    """``mutate.hw._prove_survivors``: the locally equivalent survivor becomes equivalent by
+    the module proof; the one equivalent only in context stays a survivor unless the
+    whole-design proof is asked for; the cache keeps each proof by scope."""
+    from trainingcxl.mutate import hw
+    monkeypatch.setitem(hw.TARGETS, "pair", hw.Target("pair", TOP, (), (), 0.0))
+    rtlil = {"pair": (design[0], "k")}
+
+    def table():
+        return [{"id": 1, "target": "pair", "src": "s", "outcome": "survived",
+                 "cmd": _cmd(design, "absorbed", "$or", ("const1", "-port B -portbit 3"))},
+                {"id": 2, "target": "pair", "src": "s", "outcome": "survived",
+                 "cmd": _cmd(design, "compared", "$eq", ("const0", "-port Y -portbit 0"))}]
+    cache = tmp_path / "proofs.json"
+    t = table()
+    hw._prove_survivors(t, rtlil, 60, cache, log=lambda *_: None)
+    assert [m["outcome"] for m in t] == ["equivalent", "survived"]
+    assert t[0]["proof"] == "proven (module inner)"
+    assert t[1]["proof"] == "module inner: not proven (matches left unproven)"
+    t = table()
+    hw._prove_survivors(t, rtlil, 60, cache, whole_design=True, log=lambda *_: None)
+    assert [m["outcome"] for m in t] == ["equivalent", "equivalent"]
+    assert t[1]["proof"] == "proven (whole design)"
+    assert sorted(json.loads(cache.read_text())) == sorted(
+        [f"k module {t[0]['cmd']}", f"k module {t[1]['cmd']}", f"k {t[1]['cmd']}"])

@@ -15,6 +15,7 @@ import re
 import pytest
 from amaranth.hdl import Module, Mux
 from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from cosim import mutants as mu
@@ -24,16 +25,22 @@ TOP = "mutate_pair"
 
 class Inner(wiring.Component):
     """``y = a & (a | b)`` (which is ``a``); ``z`` accumulates ``a``; ``w`` is ``a`` when
-    ``a == c``, else 0."""
+    ``a == c``, else 0; ``r`` reads a 4-word memory written with ``b`` at ``a``: the
+    module holds a memory, which the proofs must map (the SAT passes have no model of one)."""
     a: In(8)
     b: In(8)
     c: In(8)
     y: Out(8)
     z: Out(8)
     w: Out(8)
+    r: Out(8)
 
     def elaborate(self, platform):
         m = Module()
+        m.submodules.mem = mem = Memory(shape=8, depth=4, init=[])
+        wr, rd = mem.write_port(), mem.read_port()
+        m.d.comb += [wr.addr.eq(self.a), wr.data.eq(self.b), wr.en.eq(1),
+                     rd.addr.eq(self.b), self.r.eq(rd.data)]
         m.d.comb += self.y.eq(self.a & (self.a | self.b))           # marker: absorbed
         m.d.sync += self.z.eq(self.z + self.a)                        # marker: accumulated
         m.d.comb += self.w.eq(Mux(self.a == self.c, self.a, 0))      # marker: compared
@@ -49,12 +56,14 @@ class Pair(wiring.Component):
     y: Out(8)
     z: Out(8)
     w: Out(8)
+    r: Out(8)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.inner = inner = Inner()
         m.d.comb += [inner.a.eq(self.a), inner.b.eq(self.b), inner.c.eq(~self.a),
-                     self.y.eq(inner.y), self.z.eq(inner.z), self.w.eq(inner.w)]
+                     self.y.eq(inner.y), self.z.eq(inner.z), self.w.eq(inner.w),
+                     self.r.eq(inner.r)]
         return m
 
 

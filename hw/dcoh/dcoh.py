@@ -143,7 +143,7 @@ class DCOH(wiring.Component):
 
         # ---------------------------------------------------------------- stores
         m.submodules.sf = sf = SnoopFilter(sets=cfg.sf_sets, ways=n_ways, line_bits=lb,
-                                           n_lookup=4 if self._observe else 3)
+                                           n_lookup=4 if self._observe else 3, registered=(0,))
         lk_h, lk_dr, lk_dw = sf.lk[0], sf.lk[1], sf.lk[2]
         n_cam = 3 + n_ways + (1 if self._observe else 0)
         m.submodules.trk = trk = BITracker(n=cfg.bi_tags, line_bits=lb, n_cam=n_cam)
@@ -187,6 +187,7 @@ class DCOH(wiring.Component):
         for ch in ("m2s_req", "m2s_rwd", "m2s_birsp"):
             wiring.connect(m, wiring.flipped(getattr(self, ch)), getattr(host, ch))
         wiring.connect(m, host.lk, lk_h)
+        wiring.connect(m, host.lk_next, sf.lk_next[0])
         wiring.connect(m, host.cam, cam_h)
         for w in range(n_ways):
             wiring.connect(m, host.cam_way[w], cam_way[w])

@@ -11,7 +11,7 @@ from ..cxl_encodings import (RwDOpcode, BIRspOpcode, BISnpOpcode, NDROpcode, Met
                              MetaValue, SnpType, DcohError)
 from .decode import (ReqDecode, A_SPEC, A_ERR_RD, A_ERR_ND, A_RDCUR, A_RD_S, A_RD_A, A_INV_A,
                      A_INV_I)
-from .snoop_filter import LookupSignature, SF_I, SF_S, SF_A
+from .snoop_filter import LookupSignature, NextLookupSignature, SF_I, SF_S, SF_A
 from .tracker import CamSignature
 
 __all__ = ["HostLane", "SRC_NONE", "SRC_BIRSP", "SRC_RWD", "SRC_PARK", "SRC_REQ",
@@ -40,8 +40,10 @@ class HostLane(wiring.Component):
     here (``tag_q_*``); a tag the decision stage releases in this cycle reads as not valid.
 
     **Decide** looks the registered event's line up (snoop filter ``lk``, outstanding BISnps
-    ``cam``, the write buckets: the DCOH's stores answer combinationally, so every lookup sees
-    all earlier events' updates and no bypass is needed) and decides what the event does:
+    ``cam``, the write buckets; every lookup sees all earlier events' updates: the tracker and
+    the buckets answer combinationally, and the snoop filter reads its ways a cycle ahead at
+    the line the register takes, ``lk_next``, transparently for that cycle's write) and
+    decides what the event does:
     serve it (NDR Cmp*/DRS via the DCOH's queues, a media read or write, a snoop-filter
     update), park a Req that must wait for a BIRsp (its line has a BISnp outstanding or an
     older Req parked, or its set is full and a victim is snooped: ``alloc`` with ``victim``),
@@ -76,6 +78,9 @@ class HostLane(wiring.Component):
     lk : Out(LookupSignature), cam : Out(CamSignature), cam_way : Out(CamSignature) per way
         Lookups of the event's line in the snoop filter and the BITag tracker, and of each
         way's line of its set in the tracker (victim choice).
+    lk_next : Out(NextLookupSignature)
+        The line the decision register holds in the next cycle (``load``: it takes the
+        selected event's ``line``), for the snoop filter's read a cycle ahead.
     wr_inflight : In(1)
         A media write of the line is in flight.
     tags_full : In(1)
@@ -117,7 +122,7 @@ class HostLane(wiring.Component):
             "valid": Out(1), "line": Out(lb), "tag": Out(16), "do": Out(1),
             "wr_data": Out(512), "wr_be": Out(64), "wr_poison": Out(1),
             "bi_tag": Out(range(cfg.bi_tags)),
-            "lk": Out(LookupSignature(lb, W)),
+            "lk": Out(LookupSignature(lb, W)), "lk_next": Out(NextLookupSignature(lb)),
             "cam": Out(CamSignature(lb)),
             "cam_way": Out(CamSignature(lb)).array(W),
             "wr_inflight": In(1),
@@ -284,7 +289,8 @@ class HostLane(wiring.Component):
     def _load(self, m, sel, st, h):
         """The selected event enters the decision register when it is empty, its event is
         consumed or peeked (``take``)."""
-        m.d.comb += st.take.eq(self.stores_ready & ((st.src == SRC_NONE) | st.do | st.peek))
+        m.d.comb += [st.take.eq(self.stores_ready & ((st.src == SRC_NONE) | st.do | st.peek)),
+                     self.lk_next.load.eq(st.take), self.lk_next.line.eq(sel.ev.line)]
         # a BITag released by this cycle's decision is no longer outstanding
         tag_ok = Signal(name="sel_tag_ok")
         m.d.comb += tag_ok.eq(self.tag_q_valid & ~(h.do & h.trk_rel & (st.bi_tag == sel.bi_tag)))

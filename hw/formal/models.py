@@ -22,7 +22,7 @@ from amaranth.hdl import Array, Assert, Assume, Elaboratable, Module, Mux, Reset
 from amaranth.lib import fifo
 from amaranth.lib.memory import Memory
 
-from .props import Initial, Props, free
+from .props import Initial, Props, free, free_const
 
 __all__ = ["RegFIFO", "RegMemory", "ModelMiter", "build", "BROKEN"]
 
@@ -125,18 +125,21 @@ class _OverwritingRegFIFO(RegFIFO):
 
 
 class _Port:
-    """A read or write port of :class:`RegMemory` (``addr``, ``data``, ``en`` for writes)."""
+    """A port of :class:`RegMemory` (``addr``, ``data``, ``en`` for writes and sync reads:
+    ``clocked``; a sync read's ``en`` starts at 1 as Amaranth's does)."""
 
-    def __init__(self, shape, depth, name, write):
+    def __init__(self, shape, depth, name, clocked):
+        self.name = name
         self.addr = Signal(range(depth), name=f"{name}_addr")
         self.data = Signal(shape, name=f"{name}_data")
-        if write:
-            self.en = Signal(name=f"{name}_en")
+        if clocked:
+            self.en = Signal(name=f"{name}_en", init=name != "w")
 
 
 class RegMemory(Elaboratable):
-    """``Memory(shape=, depth=, init=)`` with registers; ``read_port(domain="comb")`` and one
-    ``write_port()`` (no granularity)."""
+    """``Memory(shape=, depth=, init=)`` with registers; ``read_port(domain="comb")``,
+    ``read_port(domain="sync", transparent_for=...)`` (with ``en``) and one ``write_port()``
+    (no granularity)."""
 
     def __init__(self, data=None, *, shape=None, depth=None, init=None, attrs=None,
                  src_loc_at=0):
@@ -150,16 +153,19 @@ class RegMemory(Elaboratable):
         self._reads, self._writes = [], []
 
     def read_port(self, *, domain="sync", transparent_for=(), src_loc_at=0):
-        if domain != "comb":
-            raise ValueError("RegMemory models asynchronous (comb) read ports only")
-        p = _Port(self.shape, self.depth, f"r{len(self._reads)}", write=False)
+        if domain not in ("comb", "sync"):
+            raise ValueError("RegMemory models comb and sync read ports only")
+        if any(wp not in self._writes for wp in transparent_for):
+            raise ValueError("RegMemory: transparent_for names a port of another memory")
+        p = _Port(self.shape, self.depth, f"r{len(self._reads)}", clocked=domain == "sync")
+        p.domain, p.transparent_for = domain, tuple(transparent_for)
         self._reads.append(p)
         return p
 
     def write_port(self, *, domain="sync", granularity=None, src_loc_at=0):
         if domain != "sync" or granularity is not None or self._writes:
             raise ValueError("RegMemory models one sync write port without granularity")
-        p = _Port(self.shape, self.depth, "w", write=True)
+        p = _Port(self.shape, self.depth, "w", clocked=True)
         self._writes.append(p)
         return p
 
@@ -167,7 +173,19 @@ class RegMemory(Elaboratable):
         m = Module()
         rows = Array(self.rows)
         for p in self._reads:
-            m.d.comb += p.data.eq(rows[p.addr])
+            if p.domain == "comb":
+                m.d.comb += p.data.eq(rows[p.addr])
+                continue
+            # a sync read: the row at the edge, or what a transparent write port writes to it;
+            # arbitrary (one value) until the first read, as Amaranth's undefined initial value
+            nxt = rows[p.addr]
+            for wp in p.transparent_for:
+                nxt = Mux(wp.en & (wp.addr == p.addr), wp.data, nxt)
+            q = Signal(self.shape, name=f"{p.name}_q")
+            read = Signal(name=f"{p.name}_read")
+            with m.If(p.en):
+                m.d.sync += [q.eq(nxt), read.eq(1)]
+            m.d.comb += p.data.eq(Mux(read, q, free_const(m, self.shape, f"{p.name}_init")))
         for p in self._writes:
             with m.If(p.en):
                 m.d.sync += rows[p.addr].eq(p.data)
@@ -184,7 +202,8 @@ DEPTHS = (3, 4, 14)
 class ModelMiter(Elaboratable):
     """``RegFIFO`` and ``SyncFIFOBuffered`` side by side, fed the same free writes and reads:
     ``w_rdy``, ``r_rdy``, ``level`` and (when ``r_rdy``) ``r_data`` must always agree; likewise
-    ``RegMemory`` and ``Memory`` (two comb read ports, one write port): equal read data."""
+    ``RegMemory`` and ``Memory`` (two comb read ports, one sync read port transparent for
+    the write port with a free ``en``, one write port): equal read data."""
 
     def __init__(self, broken=None, depths=DEPTHS, width=3):
         if broken is not None and broken not in BROKEN:
@@ -214,21 +233,31 @@ class ModelMiter(Elaboratable):
         for depth in MEM_DEPTHS:
             mems = (Memory(shape=self.width, depth=depth, init=[]),
                     RegMemory(shape=self.width, depth=depth, init=[]))
-            ports = [([mem.read_port(domain="comb") for _ in range(2)], mem.write_port())
-                     for mem in mems]
+            ports = []
+            for mem in mems:
+                wp = mem.write_port()
+                ports.append(([mem.read_port(domain="comb") for _ in range(2)] +
+                              [mem.read_port(transparent_for=(wp,))], wp))
             for k, mem in enumerate(mems):
                 m.submodules[f"mem{depth}_{k}"] = mem
             w_addr = free(m, range(depth), f"mem{depth}_w_addr")
             w_en = free(m, 1, f"mem{depth}_w_en")
             w_data = free(m, self.width, f"mem{depth}_w_data")
-            r_addr = [free(m, range(depth), f"mem{depth}_r{j}_addr") for j in range(2)]
+            r_addr = [free(m, range(depth), f"mem{depth}_r{j}_addr") for j in range(3)]
+            r_en = free(m, 1, f"mem{depth}_r2_en")
             for reads, wp in ports:
-                m.d.comb += [wp.addr.eq(w_addr), wp.en.eq(w_en), wp.data.eq(w_data)]
+                m.d.comb += [wp.addr.eq(w_addr), wp.en.eq(w_en), wp.data.eq(w_data),
+                             reads[2].en.eq(r_en)]
                 for j, rp in enumerate(reads):
                     m.d.comb += rp.addr.eq(r_addr[j])
-            for j in range(2):
+            # (the sync port's data is undefined in both until its first read)
+            r2_read = Signal(name=f"mem{depth}_r2_read")
+            with m.If(r_en):
+                m.d.sync += r2_read.eq(1)
+            for j in range(3):
                 p.assume(m, f"mem{depth}.r{j}_addr_range", r_addr[j] < depth)
-                p.check(m, f"mem{depth}.r{j}_data", ports[0][0][j].data == ports[1][0][j].data)
+                p.check(m, f"mem{depth}.r{j}_data", (j == 2) & ~r2_read |
+                        (ports[0][0][j].data == ports[1][0][j].data))
             p.assume(m, f"mem{depth}.w_addr_range", w_addr < depth)
         return m
 

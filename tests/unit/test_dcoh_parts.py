@@ -118,29 +118,36 @@ def sf_check(ctx, model, lk, line, ways, where):
 
 
 SF_CONFIGS = [
-    # sets, ways, line_bits, n_lookup
-    (8, 4, 6, 3),
-    (4, 3, 5, 2),    # ways not a power of two
-    (1, 3, 4, 3),    # one set: the whole line is the tag
-    (4, 1, 5, 2),    # one way: every installed line is the set's only entry
-    (1, 1, 2, 2),    # one entry in all
+    # sets, ways, line_bits, n_lookup, registered
+    (8, 4, 6, 3, ()),
+    (4, 3, 5, 2, ()),    # ways not a power of two
+    (1, 3, 4, 3, ()),    # one set: the whole line is the tag
+    (4, 1, 5, 2, ()),    # one way: every installed line is the set's only entry
+    (1, 1, 2, 2, ()),    # one entry in all
+    (4, 2, 5, 3, (0,)),  # the DCOH's form: the host lane's lookup read a cycle ahead
+    (4, 3, 5, 2, (1, 0)),
+    (1, 3, 4, 2, (1,)),
 ]
 
 
-@pytest.mark.parametrize("sets,ways,line_bits,n_lookup", SF_CONFIGS)
+@pytest.mark.parametrize("sets,ways,line_bits,n_lookup,registered", SF_CONFIGS)
 @pytest.mark.parametrize("seed", [31, 32])
-def test_snoop_filter_matches_model(seed, sets, ways, line_bits, n_lookup):
+def test_snoop_filter_matches_model(seed, sets, ways, line_bits, n_lookup, registered):
     """ready is low for exactly ``sets`` cycles, then stays high. Random writes (install, state
     change, eviction to I) and ``n_lookup`` simultaneous lookups (often the same line, often the
     line being written): every cycle each port's hit/way/state, free/free_way (first I way) and
     per-way way_state/way_line (valid ways) equal the model as it was before the cycle's write;
     the write is seen from the next cycle; wr_line/wr_way/wr_state are ignored while wr_en is
-    low."""
+    low. A ``registered`` port's line is a register of the testbench that loads a new line
+    (often the one being written) or holds, named on ``lk_next`` a cycle ahead; it answers
+    exactly like an asynchronous port."""
     rng = make_rng(seed)
-    dut = SnoopFilter(sets=sets, ways=ways, line_bits=line_bits, n_lookup=n_lookup)
+    dut = SnoopFilter(sets=sets, ways=ways, line_bits=line_bits, n_lookup=n_lookup,
+                      registered=registered)
     model = SnoopFilterModel(sets, ways)
     n_lines = 1 << line_bits
     stats = Counter()
+    held = {i: 0 for i in registered}      # the registered ports' line registers
 
     async def tb(ctx):
         assert await ready_low_cycles(ctx, dut.ready) == sets, "init sweep length"
@@ -170,10 +177,20 @@ def test_snoop_filter_matches_model(seed, sets, ways, line_bits, n_lookup):
             ctx.set(dut.wr_way, way)
             ctx.set(dut.wr_state, state)
 
-            lines = [line if rng.random() < 0.3 else pick() for _ in range(n_lookup)]
+            lines = [held[i] if i in held else line if rng.random() < 0.3 else pick()
+                     for i in range(n_lookup)]
             stats["shared_port_line"] += len(set(lines)) < n_lookup
             for i, lk in enumerate(dut.lk):
                 ctx.set(lk.line, lines[i])
+            for k, i in enumerate(registered):
+                load = rng.random() < 0.6
+                nxt = line if rng.random() < 0.3 else pick()
+                ctx.set(dut.lk_next[k].load, load)
+                ctx.set(dut.lk_next[k].line, nxt)
+                stats["held"] += not load
+                stats["next_is_written"] += load and wr is not None and nxt == wr[0]
+                if load:
+                    held[i] = nxt
             assert ctx.get(dut.ready), f"ready dropped at cycle {cyc}"
             for i, lk in enumerate(dut.lk):
                 exp = sf_check(ctx, model, lk, lines[i], ways, f"cycle {cyc} port {i}")
@@ -188,7 +205,7 @@ def test_snoop_filter_matches_model(seed, sets, ways, line_bits, n_lookup):
     simulate(dut, [tb], max_cycles=2000, name=f"sf_{sets}x{ways}_{seed}")
     print(dict(stats))
     for k in ("hit", "miss", f"state{SF_S}", f"state{SF_A}", "set_full", "shared_port_line",
-              "write_same_line"):
+              "write_same_line", *(("held", "next_is_written") if registered else ())):
         assert stats[k] > 0, f"weak stimulus: no {k} ({dict(stats)})"
 
 
@@ -303,11 +320,37 @@ def test_snoop_filter_reset_sweep_clears_surviving_entries(sets, ways):
     (dict(sets=4, ways=0, line_bits=8), "ways must be >= 1, got 0"),
     (dict(sets=8, ways=2, line_bits=3), "line_bits 3 too small for 8 sets"),
     (dict(sets=1, ways=2, line_bits=0), "line_bits 0 too small for 1 sets"),
+    (dict(sets=2, ways=1, line_bits=3, registered=(1,)),
+     "registered must name distinct lookup ports of 0..0, got (1,)"),
+    (dict(sets=2, ways=1, line_bits=3, registered=(0, 0)),
+     "registered must name distinct lookup ports of 0..0, got (0, 0)"),
 ])
 def test_snoop_filter_constructor_rejects(kwargs, match):
     """Bad geometry raises ValueError naming the bad value (no tag bit left is bad geometry)."""
     with pytest.raises(ValueError, match=re.escape(match)):
         SnoopFilter(n_lookup=1, **kwargs)
+
+
+def test_snoop_filter_registered_lookup_must_be_the_line_named():
+    """A registered port whose requester looks up another line than it named a cycle ahead
+    stops the simulation with the filter's assertion (its answer would be for the named
+    line)."""
+    dut = SnoopFilter(sets=2, ways=1, line_bits=3, n_lookup=1, registered=(0,))
+
+    async def tb(ctx):
+        await ready_low_cycles(ctx, dut.ready)
+        ctx.set(dut.lk_next[0].load, 1)
+        ctx.set(dut.lk_next[0].line, 5)
+        await ctx.tick()
+        ctx.set(dut.lk_next[0].load, 0)
+        ctx.set(dut.lk[0].line, 5)
+        await ctx.tick()                  # as named: no failure
+        ctx.set(dut.lk[0].line, 4)
+        await ctx.tick()
+        await ctx.tick()
+
+    with pytest.raises(AssertionError, match="lookup 0 is not the line named a cycle ahead"):
+        simulate(dut, [tb], max_cycles=50, name="sf_named")
 
 
 def test_snoop_filter_constructor_accepts_smallest():

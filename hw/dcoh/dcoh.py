@@ -17,7 +17,8 @@ Contract: docs/coherence.md (message table, regions, blocking, errors). Structur
   same-line writes reach the media in service order. A context FIFO per direction (pushed in
   ``mem`` request order) routes the responses back: host read → DRS MemData, host write → NDR
   Cmp, device → ``dev`` by id.
-- **Stores**: :class:`~.snoop_filter.SnoopFilter`, the BITag tracker
+- **Stores**: :class:`~.snoop_filter.SnoopFilter` (the host lane's lookup read a cycle ahead
+  through synchronous read ports, the device lanes' asynchronously), the BITag tracker
   :class:`~.tracker.BITracker`, the write buckets (:mod:`.hazards`). Poison is no store of the
   DCOH: a host write's poison bit goes to the media with the write, and the media's poison bit
   of a line comes back with each read (docs/coherence.md, "Poison").

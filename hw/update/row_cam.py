@@ -3,11 +3,14 @@
 ``n`` entries, each (valid, row index, count of that row's lines read-issued and not yet
 write-acknowledged). Ports:
 
-- ``q_row`` (in 32) -> ``hit`` (out, next cycle): a valid entry holds last cycle's ``q_row``
-  (a CAM over all entries; only a true match is a hit), as the state is in this cycle (after
+- ``q`` (:class:`QuerySignature`: the row is ``q.new`` when ``q.load``, else ``q.held``;
+  written ``q_row`` below) -> ``hit`` (out, next cycle): a valid entry holds last cycle's
+  ``q_row`` (a CAM over all entries; only a true match is a hit), as the state is in this cycle
+  (after
   last cycle's ``alloc``, ``join`` and ``dec``); ``hit_idx`` (out): that entry. The compares
-  are made against last cycle's entries and registered; an entry allocated last cycle is
-  compared through its ``alloc_row`` instead. ``full`` (out): no entry is free. ``free_idx``
+  are made against last cycle's entries and registered, for both candidates, and ``q.load``
+  picks one (so the caller's choice between them is not followed by the compares); an entry
+  allocated last cycle is compared through its ``alloc_row`` instead. ``full`` (out): no entry is free. ``free_idx``
   (out): the lowest-numbered free entry (meaningless when ``full``).
 - ``q2_row`` (in 32) -> ``q2_hit`` (out, next cycle): a second, independent lookup port (same
   semantics as ``q_row``/``hit``; used by the undo logger's ensure path).
@@ -30,7 +33,16 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-__all__ = ["RowCam"]
+__all__ = ["RowCam", "QuerySignature"]
+
+
+class QuerySignature(wiring.Signature):
+    """A row query given as two candidates: the row is ``new`` when ``load``, else ``held``
+    (the caller's holding register and what it takes next). Both are compared or hashed
+    before ``load`` picks one, so a late ``load`` costs one multiplexer level."""
+
+    def __init__(self, row_bits):
+        super().__init__({"load": Out(1), "new": Out(row_bits), "held": Out(row_bits)})
 
 
 class RowCam(wiring.Component):
@@ -50,9 +62,9 @@ class RowCam(wiring.Component):
 
     Members
     -------
-    q_row : In(row_bits); hit, hit_idx, full, free_idx : Out
-        Lookup (a CAM over all valid entries; ``hit`` and ``hit_idx`` for last cycle's
-        ``q_row``): ``hit`` and its entry; no free entry; the lowest free entry.
+    q : In(QuerySignature(row_bits)); hit, hit_idx, full, free_idx : Out
+        Lookup (a CAM over all valid entries; ``hit`` and ``hit_idx`` for last cycle's query
+        row): ``hit`` and its entry; no free entry; the lowest free entry.
     q2_row : In(row_bits); q2_hit : Out(1)
         A second, independent lookup (last cycle's ``q2_row``; the undo logger's query).
     alloc, join : In(1); alloc_row : In(row_bits); alloc_count : In(count_bits)
@@ -74,8 +86,8 @@ class RowCam(wiring.Component):
         self._n, self._rb, self._cb = n, row_bits, count_bits
         ib = max(1, ceil_log2(n))          # entry index width (at least 1 bit)
         super().__init__({
-            "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
-            "q2_row": In(row_bits), "q2_hit": Out(1),
+            "q": In(QuerySignature(row_bits)), "hit": Out(1), "hit_idx": Out(ib),
+            "full": Out(1), "q2_row": In(row_bits), "q2_hit": Out(1),
             "free_idx": Out(ib),
             "alloc": In(1), "join": In(1), "alloc_row": In(row_bits), "alloc_count": In(count_bits),
             "dec": In(1), "dec_idx": In(ib),
@@ -100,10 +112,14 @@ class RowCam(wiring.Component):
         alloc_oh = Signal(n)
         m.d.sync += alloc_oh.eq(Mux(self.alloc, free_oh, 0))
         match, match2 = Signal(n), Signal(n)
-        for q, out in ((self.q_row, match), (self.q2_row, match2)):
+
+        def compares(q):
+            return Cat(Cat(rows[i] == q for i in range(n)), self.alloc_row == q)
+        q = self.q
+        for cmp, out in ((Mux(q.load, compares(q.new), compares(q.held)), match),
+                         (compares(self.q2_row), match2)):
             pre, same = Signal(n), Signal()
-            m.d.sync += [pre.eq(Cat(rows[i] == q for i in range(n))),
-                         same.eq(self.alloc_row == q)]
+            m.d.sync += Cat(pre, same).eq(cmp)
             m.d.comb += out.eq(valid & ((alloc_oh & same.replicate(n)) | (pre & ~alloc_oh)))
         m.d.comb += self.q2_hit.eq(match2.any())
 

@@ -102,7 +102,8 @@ class RowReader(wiring.Component):
         h_valid, h_done, take = Signal(), Signal(), Signal()
         m.d.comb += [take.eq(self.items.valid & (~h_valid | h_done) & ~self.stop),
                      self.items.ready.eq(take | self.stop), self.holding.eq(h_valid),
-                     rt.q_row.eq(Mux(take, self.items.payload.index, hi.index))]
+                     rt.q.load.eq(take), rt.q.new.eq(self.items.payload.index),
+                     rt.q.held.eq(hi.index)]
         with m.If(take):
             m.d.sync += [hi.eq(self.items.payload), h_valid.eq(1)]
         with m.Elif(h_done | self.stop):

@@ -14,7 +14,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from .row_cam import RowCam
+from .row_cam import QuerySignature, RowCam
 
 __all__ = ["RowTracker", "row_set"]
 
@@ -47,7 +47,7 @@ class RowTracker(wiring.Component):
     victim CAM; a row never occupies two entries. Entry indices: table entries are
     ``set * ways + way`` (0 .. ``entries - 1``), victim ``v`` is ``entries + v``.
 
-    Latency: the lookup results of cycle t describe the ``q_row`` (``q2_row``) of cycle t - 1,
+    Latency: the lookup results of cycle t describe the query row (``q2_row``) of cycle t - 1,
     against the state after every ``alloc``, ``join`` and ``dec`` of cycles up to t - 1 (the
     table read at t - 1 is transparent to that cycle's writes; a ``dec`` of cycle t - 1, whose
     counter write lands at t, is bypassed: whether it names the query's set is compared at
@@ -80,9 +80,11 @@ class RowTracker(wiring.Component):
 
     Members
     -------
-    q_row : In(row_bits); hit, hit_idx, full, free_idx : Out
-        Lookup (result next cycle): the row is in flight at ``hit_idx``; no entry can take it
-        (``full``); the entry an ``alloc`` takes (meaningless when ``full``).
+    q : In(QuerySignature(row_bits)); hit, hit_idx, full, free_idx : Out
+        Lookup of the row ``q.new`` when ``q.load``, else ``q.held`` (result next cycle; both
+        candidates are hashed and compared before ``q.load`` picks one): the row is in flight
+        at ``hit_idx``; no entry can take it (``full``); the entry an ``alloc`` takes
+        (meaningless when ``full``).
     q2_row : In(row_bits); q2_hit : Out(1)
         A second lookup (result next cycle; the undo logger's query).
     alloc, join : In(1); alloc_count : In(count_bits)
@@ -114,8 +116,8 @@ class RowTracker(wiring.Component):
         self._rb, self._cb = row_bits, count_bits
         ib = self.index_bits(entries)
         super().__init__({
-            "q_row": In(row_bits), "hit": Out(1), "hit_idx": Out(ib), "full": Out(1),
-            "free_idx": Out(ib),
+            "q": In(QuerySignature(row_bits)), "hit": Out(1), "hit_idx": Out(ib),
+            "full": Out(1), "free_idx": Out(ib),
             "q2_row": In(row_bits), "q2_hit": Out(1),
             "alloc": In(1), "join": In(1), "alloc_count": In(count_bits),
             "dec": In(1), "dec_idx": In(ib),
@@ -137,10 +139,13 @@ class RowTracker(wiring.Component):
         sb, wb = exact_log2(S), exact_log2(W)
         m.submodules.victims = vic = ResetInserter(self.clear)(RowCam(self._v, row_bits=rb,
                                                                       count_bits=cb))
+        q = self.q
         q_r, q2_r = Signal(rb), Signal(rb)           # the rows whose results are shown
-        m.d.sync += [q_r.eq(self.q_row), q2_r.eq(self.q2_row)]
+        m.d.sync += [q_r.eq(Mux(q.load, q.new, q.held)), q2_r.eq(self.q2_row)]
         q_set, q2_set = Signal(sb), Signal(sb)       # the sets of this cycle's queries
-        m.d.comb += [q_set.eq(row_set(self.q_row, sb, rb)),
+        new_set, held_set = Signal(sb), Signal(sb)   # (hashed before the choice)
+        m.d.comb += [new_set.eq(row_set(q.new, sb, rb)), held_set.eq(row_set(q.held, sb, rb)),
+                     q_set.eq(Mux(q.load, new_set, held_set)),
                      q2_set.eq(row_set(self.q2_row, sb, rb))]
         set_q = Signal(sb)                           # row_set(q_r), registered with it
         m.d.sync += set_q.eq(q_set)
@@ -154,7 +159,8 @@ class RowTracker(wiring.Component):
         # last cycle's dec names the set of last cycle's query (its counter write lands now,
         # after this cycle's results were read): compared a cycle early, registered
         dec_q_set, dec_q2_set = Signal(), Signal()
-        m.d.sync += [dec_q_set.eq(self.dec & ~d_vic & (dec_set == q_set)),
+        m.d.sync += [dec_q_set.eq(self.dec & ~d_vic & Mux(q.load, dec_set == new_set,
+                                                             dec_set == held_set)),
                      dec_q2_set.eq(self.dec & ~d_vic & (dec_set == q2_set))]
 
         match, free, match2, iss = [], [], [], []
@@ -190,7 +196,8 @@ class RowTracker(wiring.Component):
         pad = Const(0, exact_log2(self._n) - vb)
         vic_idx, vic_free = Cat(vic.hit_idx, pad, Const(1, 1)), Cat(vic.free_idx, pad, Const(1, 1))
         m.d.comb += [
-            vic.q_row.eq(self.q_row), vic.q2_row.eq(self.q2_row), vic.alloc_row.eq(q_r),
+            vic.q.load.eq(q.load), vic.q.new.eq(q.new), vic.q.held.eq(q.held),
+            vic.q2_row.eq(self.q2_row), vic.alloc_row.eq(q_r),
             vic.alloc_count.eq(self.alloc_count),
             vic.dec.eq(self.dec & d_vic), vic.dec_idx.eq(self.dec_idx),
             self.hit.eq(~sweeping & (t_hit | vic.hit)),

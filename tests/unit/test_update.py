@@ -691,7 +691,8 @@ def test_row_tracker_matches_model():
     """RowTracker alone against a Python model of its contract: 8 table entries (2 sets x 4
     ways) and 2 victims, rows 0..39 (so sets and victims fill often), random queries on both
     ports (often the row of the query before, so a lookup meets the entry allocated in the
-    cycle before), allocations (only when neither hit nor full, as the engine does), joins
+    cycle before; the first port's row given as the row reader gives it, as the candidate
+    ``q.new`` with ``q.load`` or as ``q.held`` without, the other candidate any row), allocations (only when neither hit nor full, as the engine does), joins
     (only on a hit), decrements of random in-flight entries (joins and decrements of one entry in one
     cycle too) and clears with lines outstanding. Every cycle, for the previous cycle's query:
     ``hit``, ``hit_idx``, ``full`` (set and victims all taken, or a sweep), ``free_idx`` (the
@@ -705,7 +706,7 @@ def test_row_tracker_matches_model():
     dut = RowTracker(n, ways=ways, victims=nv, count_bits=cb)
     model = {}                  # entry index -> [row, lines in flight]
     stats = {"joins": 0, "join_dec": 0, "victim": 0, "victim_requery": 0, "full": 0,
-             "clears": 0}
+             "clears": 0, "held_queries": 0}
 
     def set_of(row):            # XOR fold of 32 row bits into log2(sets) bits
         sb, out = sets.bit_length() - 1, 0
@@ -749,10 +750,19 @@ def test_row_tracker_matches_model():
             # (a query often repeats the last one: the row allocated this cycle, looked up next)
             q = prev_q if rng.random() < 0.15 else rng.randrange(40)
             q2 = prev_q if rng.random() < 0.15 else rng.randrange(40)
-            for name, v in (("q_row", q), ("q2_row", q2), ("alloc_count", cnt),
+            # the query as the row reader gives it: the row taken next (load) or the one held;
+            # the other candidate is any row
+            load, other = rng.random() < 0.7, rng.randrange(40)
+            stats["held_queries"] += not load
+            for name, v in (("q.load", load), ("q.new", q if load else other),
+                            ("q.held", other if load else q), ("q2_row", q2),
+                            ("alloc_count", cnt),
                             ("alloc", alloc), ("join", join), ("dec", dec), ("dec_idx", di),
                             ("clear", bool(clear))):
-                ctx.set(getattr(dut, name), v)
+                port = dut
+                for part in name.split("."):
+                    port = getattr(port, part)
+                ctx.set(port, v)
             await ctx.tick()
             if join:
                 model[hit_i][1] += cnt
@@ -777,4 +787,5 @@ def test_row_tracker_matches_model():
     print(f"row tracker model test (seed {seed}): {stats}")
     assert (stats["joins"] > 100 and stats["join_dec"] and stats["victim"] > 20
             and stats["victim_requery"] > 5
-            and stats["full"] > 20 and stats["clears"] > 3), f"weak stimulus (seed {seed})"
+            and stats["full"] > 20 and stats["clears"] > 3
+            and stats["held_queries"] > 500), f"weak stimulus (seed {seed})"

@@ -294,7 +294,8 @@ def local_mutation(rtlil_text: str, top: str, cmd: str) -> tuple[str, str, str]:
 
     ``flatten`` names a cell of the instance ``\\a`` of the instance ``\\u`` of the top
     ``$flatten\\u.\\a.$238`` when the cell's own name is private (``$238``), and
-    ``\\u.a.name`` when it is public (``\\name``); the path is resolved against the instance
+    ``\\u.a.name`` when it is public (``\\name``, a memory's; ``mutate -list`` writes it
+    ``u.a.name``, and ``mutate -cell`` adds the backslash back); the path is resolved against the instance
     cells of the unflattened RTLIL (:func:`_instances`), deepest instance first. Amaranth
     writes one RTLIL module per elaboratable instance (checked on the full device: 101
     modules, each instantiated once), and a proof about a module covers every instance of
@@ -312,8 +313,9 @@ def local_mutation(rtlil_text: str, top: str, cmd: str) -> tuple[str, str, str]:
         raise MutantError(f"no module {top} in the RTLIL")
     if name.startswith("$flatten\\"):
         rest, public = name[len("$flatten"):], False
-    elif name.startswith("\\") and "." in name:
-        rest, public = name[1:], True
+    elif not name.startswith("$") and "." in name:
+        # a public name (a memory's): ``mutate -list`` prints it without its backslash
+        rest, public = name.removeprefix("\\"), True
     else:
         rest = None                         # a cell of the top itself
     while rest is not None:

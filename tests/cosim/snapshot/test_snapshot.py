@@ -332,6 +332,38 @@ async def snap_commit_lag_waits(dut):
 
 
 @cocotb.test()
+async def snap_commit_lag_wait_counts_as_commit_cycles(dut):
+    """k = 0: COMMIT(1) waits for the in-flight SNAPSHOT(1) of 64 KiB before it commits, and the
+    wait counts in PERF_CYC_COMMIT (the command processor's COMMIT cycles, from its decode to
+    its completion): it grows by at most the cycles from the SNAPSHOT's completion write's
+    acknowledgement to the COMMIT's completion write (the COMMIT's whole turn) and by at least
+    that less 4 x 30 + 32 cycles (its descriptor fetch, PMEM latency 30), all counted on the
+    PMEM model's clock; the snapshot's flip is acknowledged more than 500 cycles after the
+    SNAPSHOT completed (the COMMIT did wait). Written for mutant 67 of the 314cb09 draw
+    (``hw/cmdproc/processor.py:346``: COMMIT_LAG, where the COMMIT waits, left out of the
+    count)."""
+    lat = 30
+    tb = await start(dut, "commit_lag_cycles", latency=lat, tables=False)
+    await set_lag(tb, 0)
+    src, p = stage_params(tb, 65536, 5)
+    c0 = await tb.drv.read("PERF_CYC_COMMIT")
+    tb.wlog.clear()
+    got = await tb.run([snap(1, src, len(p), 1), commit(1, 2)], "k=0")
+    assert [c["status"] for c in got] == [E.OK, E.OK], tb.where(f"k=0: {got}")
+    c1 = await tb.drv.read("PERF_CYC_COMMIT")
+    cpl = writes_to(tb, tb.drv.cpl_base, tb.drv.cpl_base + 64 * RING)
+    fl = flip_writes(tb)
+    assert len(cpl) == 2 and fl, tb.where(f"{len(cpl)} completion writes, flips {fl}")
+    turn = cpl[1].aw_cycle - cpl[0].b_cycle
+    dut._log.info(f"PERF_CYC_COMMIT +{c1 - c0}, COMMIT turn {turn} cycles")
+    assert fl[-1].b_cycle - cpl[0].b_cycle > 500, tb.where(
+        f"the snapshot flipped {fl[-1].b_cycle - cpl[0].b_cycle} cycles after its completion")
+    assert turn - (4 * lat + 32) <= c1 - c0 <= turn, tb.where(
+        f"PERF_CYC_COMMIT grew by {c1 - c0}, the COMMIT's turn took {turn} cycles")
+    await check_all(tb, "k=0")
+
+
+@cocotb.test()
 async def snap_commit_refused_mlp_lag(dut):
     """Without a snapshot: MLP_LAG reads 0xFFFFFFFF after reset (no bound, COMMITs proceed); k=1:
     COMMIT(2) is refused with MLP_LAG (value 2), nothing written, the batch stays open (LOOKUP+LOG
@@ -605,7 +637,7 @@ async def snap_csrs(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 13     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
+MIN_TESTS = 14     # cocotb tests in tests/cosim/snapshot/test_snapshot.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

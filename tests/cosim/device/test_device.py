@@ -19,7 +19,8 @@ the record reads; two aborted attempts of a batch with logged-set overflow (re-l
 epoch); re-logging a row whose previous update is still in flight (a bug this test found: the
 record held the row from before that update), also in a later way of its tracker set and in
 victims of the tracker's CAM; a LOOKUP+LOG repeating a row just inserted into each way of its
-logged set (decided from the set's bypass); recovery from an epoch with bit 63 set; SNAPSHOT
+logged set (decided from the set's bypass); logged-set sets one index bit apart (one full, a
+row in each neighbour: no overflow); recovery from an epoch with bit 63 set; SNAPSHOT
 lengths at the slot capacity (over it refused; at it and just under it accepted, the 256 MiB
 copy cut by a power failure and recovered); doorbell before recovery and CSR misuse; a
 sweep of every register of the map (the ring's included); ring errors (RING_CONFIG,
@@ -894,6 +895,63 @@ async def device_logged_set_repeat_of_a_row_just_inserted(dut, latency):
 
 
 @cocotb.test()
+async def device_logged_set_neighbouring_sets_stay_apart(dut):
+    """Logged-set sets one index bit apart do not share ways: for three random sets s of a
+    random table t != 0, ``log_set_ways`` rows fill s and one row goes into each set s ^ 2^b
+    (b < log2(log_set_sets)); every set index from docs/training.md section 5 ((row ^ row >>
+    S ^ table) mod sets, ``sw_model.training.log_set_index``), no set holds more than its
+    ways. One LOOKUP+LOG, an UPDATE of the same bags and the COMMIT: no overflow
+    (PERF_SET_OVERFLOW 0, as the model), one record per row, log, tables and completions equal
+    the model. A set index with a bit stuck puts s and a neighbour in one set of ``ways`` + 1
+    rows: one overflow, and that row is logged again by the UPDATE. Written for mutant 60 of
+    ``hw/undolog/logged_set.py:118`` (bit 1 of the set index forced 0)."""
+    from sw_model.training import log_set_index
+    tb = DeviceTB(dut, latency=16, name="logged_set_neighbours")
+    await tb.power_on()
+    await tb.recover()
+    cfg, rng = tb.cfg, tb.rng
+    sets, ways = cfg.log_set_sets, cfg.log_set_ways
+    lo = sets.bit_length() - 1
+    tid = int(rng.integers(1, N_TABLES))
+    n_rows, dim = 1 << 20, 16
+    used = set()
+
+    def row_in(s):                # a new row of table tid in logged-set set s
+        while True:
+            hi = int(rng.integers(0, n_rows >> lo))
+            r = hi << lo | ((s ^ hi ^ tid) & (sets - 1))
+            if r not in used:
+                assert log_set_index(sets, tid, r) == s, (r, s)
+                used.add(r)
+                return r
+    while True:
+        full = [int(s) for s in rng.choice(sets, 3, replace=False)]
+        per_set = collections.Counter(s ^ (1 << b) for s in full for b in range(lo))
+        if not set(full) & set(per_set) and max(per_set.values()) < ways:
+            break
+    seq = [row_in(s) for s in full for _ in range(ways)]
+    seq += [row_in(s) for s, n in per_set.items() for _ in range(n)]
+    rng.shuffle(seq)
+    base = tb.talloc.alloc(n_rows * dim * 4)
+    await tb.set_table(tid, base, n_rows, dim)
+    for r in sorted(used):
+        tb.poke(base + r * dim * 4, rng.integers(-2**26, 2**26, dim).astype("<i4").tobytes())
+    await tb.set_lr(lr_q(tb, 0.5))
+    await tb.configure_ring(RING)
+    nb = 6
+    o = tb.stage_u32(np.linspace(0, len(seq), nb + 1).astype(np.uint32))
+    i = tb.stage_u32(seq)
+    g = tb.stage_i32(rng.integers(-2**28, 2**28, (nb, dim)))
+    await tb.run([lookup(tid, nb, o, i, tb.out_area(nb * dim * 4), batch=1, tag=1),
+                  update(tid, nb, o, i, g, batch=1, tag=2), commit(1, tag=3)],
+                 f"sets {full} full, one row in each neighbour (table {tid})")
+    await tb.check("after the batch")
+    assert tb.model.logged.overflows == 0, tb.where("the model overflowed a set")
+    got = await tb.drv.read("PERF_SET_OVERFLOW")
+    assert got == 0, tb.where(f"PERF_SET_OVERFLOW {got}, the model 0 (sets {full})")
+
+
+@cocotb.test()
 async def device_recovery_epoch_with_bit_63_set(dut):
     """The superblock's ``recovery_epoch`` set by backdoor to a random value with bit 63 set,
     then to 2^64 - 1, each followed by a power cycle and RECOVER: recovery writes E+1 (modulo
@@ -1674,7 +1732,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 37     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 38     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

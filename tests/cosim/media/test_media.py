@@ -14,16 +14,18 @@ run again without faults and must equal the model.
 
 Tests: a LOOKUP+LOG whose row read fails (the undo record of the untrusted data must not be
 valid, the row must not count as logged: a later UPDATE logs it itself, and an abort restores
-the row's true contents); UPDATE with a fault on each of its reads and writes and on the
-logger's synchronous path (row read, record write; the error reports the row's bag); COMMIT
+the row's true contents), also with a new row of the same logged-set set looked up in the
+cycle the failed row is removed; UPDATE with a fault on each of its reads and writes and on
+the logger's synchronous path (row read, record write; the error reports the row's bag); COMMIT
 with the superblock write failing; LOOKUP without LOG on each of its reads; seeded random
 faults over whole batches (every fault reported); recovery meeting a read or write error
 (reported, stops unready, a retry restores the rows; a record whose data line read fails is not
 applied even when its CRC matches); a completion record write that fails (reported in the error
 registers); a SNAPSHOT copy meeting a read or write error (reported, the MLP slot unchanged, a
-retry works); a host read (CXL.mem MemRd) of a line whose media read fails returns poisoned
-data; a line the host wrote with poison stays poisoned across a power failure and recovery
-(host read poison, LOOKUP MEDIA) until a full-line clean write.
+retry works; after a read error no line but the copy's own is written); a host read (CXL.mem
+MemRd) of a line whose media read fails returns poisoned data; a line the host wrote with
+poison stays poisoned across a power failure and recovery (host read poison, LOOKUP MEDIA)
+until a full-line clean write.
 
 Pytest launcher (end of file): one launch of the device build shared with tests/cosim/device.
 """
@@ -104,6 +106,69 @@ async def media_lookup_log_row_never_logged_valid(dut, line, one_shot):
     got = await tb.run(descs, "batch 1 again, no fault")
     assert [int(c["status"]) for c in got] == [0] * 4
     check_tables(tb, model_tables(tb), "after batch 1")
+
+
+@cocotb.test()
+@cocotb.parametrize(latency=[1, 16, 30])
+async def media_lookup_log_failed_row_then_a_row_of_its_set(dut, latency):
+    """Rounds in one batch at PMEM latency ``latency``, each in a logged-set set S of its own
+    (bit 5 of S clear; table 0, dim 16): a LOOKUP+LOG of five rows of S (ways 0..4), then a
+    LOOKUP+LOG whose bags are [A], ``e`` empty bags, [B], with A and B new rows of S and the
+    read of A's line failing (MEDIA: A's record must not be valid, and A is removed from the
+    set in the cycle after its line), then an UPDATE of A, which must log A itself. ``e`` runs
+    from 0 to 47, so that B reaches the logger's lookup stage at 48 different times after A;
+    one of them is the cycle of A's removal (seen at ``e`` = latency + 7 on the RTL of
+    314cb09), where B's set answer must already show A's way free. After the rounds every A
+    has a valid undo record and no valid record holds anything but its row's true contents.
+    Written for mutants 42 of ``hw/undolog/logged_set.py:183`` (``remove_set == in_set`` with
+    bit 9 of the removal's set inverted while its bit 5 is clear) and 66 of
+    ``logged_set.py:279`` (way 5 of a removal made while a key is loaded dropped from the
+    loaded key's patch): B's answer kept A's way valid, B's insert wrote it back, and A was
+    updated without a valid record."""
+    from sw_model.training import log_set_index
+    n_rows, dim = 1 << 14, 16
+    tb = await fresh(dut, f"lookup_log_removal/lat{latency}", [(0, n_rows, dim, 0.0)],
+                     latency=latency)
+    cfg, rng = tb.cfg, tb.rng
+    sets = cfg.log_set_sets
+    lo = sets.bit_length() - 1
+    gen = {tid: tb.table_bytes(tid) for tid in tb.tables}
+    his = list(range(n_rows >> lo))
+    n_rounds = 48
+    todo = [int(s) for s in rng.permutation(sets) if not s & 32][:n_rounds]
+    tag, bad_rows = 1, []
+    for e, s in enumerate(todo):
+        rows = [int(h) << lo | ((s ^ int(h)) & (sets - 1)) for h in rng.permutation(his)[:7]]
+        assert all(log_set_index(sets, 0, r) == s for r in rows), (rows, s)
+        fill, a_row, b_row = rows[:5], rows[5], rows[6]
+        bad_rows.append(a_row)
+        oa, ia = staged_bags(tb, [0, 5], fill)
+        (c,), _ = await submit(tb, [lookup(0, 1, oa, ia, tb.out_area(dim * 4), batch=1,
+                                           tag=tag)], f"round {e}: fill set {s}")
+        expect_status(tb, c, E.OK, f"round {e}: LOOKUP+LOG of the set's first rows")
+        offs = [0] + [1] * (e + 1) + [2]
+        oa, ia = staged_bags(tb, offs, [a_row, b_row])
+        lo_a, hi_a = row_lines(tb, 0, a_row, 0)
+        tb.pmem.add_fault(MediaFault(op="read", lo=lo_a, hi=hi_a, count=1, name="row A"))
+        out = tb.out_area((e + 2) * dim * 4)
+        (c,), faults = await submit(tb, [lookup(0, e + 2, oa, ia, out, batch=1, tag=tag + 1)],
+                                    f"round {e}: A, B")
+        assert len(faults) == 1, tb.where(f"round {e}: faults {faults}")
+        expect_status(tb, c, E.MEDIA, f"round {e}: LOOKUP+LOG with A's read failing")
+        tb.pmem.clear_faults()
+        oa, ia = staged_bags(tb, [0, 1], [a_row])
+        (c,), faults = await submit(tb, [update(0, 1, oa, ia, grads(tb, 1, dim), batch=1,
+                                                tag=tag + 2)], f"round {e}: UPDATE of A")
+        assert not faults
+        expect_status(tb, c, E.OK, f"round {e}: UPDATE of A")
+        tag += 3
+    await ClockCycles(dut.clk, 400)          # the last record writes land
+    recs = log_records(tb, n_slots=8 * n_rounds + 64)
+    check_log_trustworthy(tb, gen, "after the rounds")
+    for e, a_row in enumerate(bad_rows):
+        assert any(r["valid"] and r["table"] == 0 and r["row"] == a_row for r in recs), \
+            tb.where(f"round {e} (set {todo[e]}): row {a_row} was updated without a valid "
+                     f"undo record (still counted as logged after its failed read)")
 
 
 # ---------------------------------------------------------------------------- 2. UPDATE
@@ -498,6 +563,90 @@ async def media_snapshot_copy_reports(dut, where):
     assert tb.mem.read(snap_slot_addr(tb.cfg, slot - 1) + LINE, len(payload)) == payload
 
 
+@cocotb.test()
+@cocotb.parametrize(off=[0, 24])
+async def media_snapshot_copy_stops_writing_at_a_read_error(dut, off):
+    """A SNAPSHOT of 1000 bytes at source offset ``off`` whose source line 8 read answers
+    SLVERR: after the error the copy writes nothing more. Both slots' first 20 lines are
+    filled with a pattern before; after the failed copy every line of them is the pattern or,
+    for payload line j of the slot the copy used, exactly what a complete copy writes there
+    (its bytes of the payload, the pattern under the last line's unwritten bytes): no line is
+    written with data of the wrong source line, and the header line stays the pattern.
+    ERR_CODE = MEDIA with the epoch, MLP_SLOT/MLP_EPOCH unchanged. Written for mutant 32 of
+    ``hw/snapshot/engine.py:277`` (the copy of ``in_copy & ~stop`` that pops and emits forced
+    1: after the error the lines drained are emitted with a stale previous line)."""
+    from cosim.device_driver import DeviceDriver
+    from sw_model.training import snap_slot_addr
+    tb = await fresh(dut, f"snapshot_stops/off{off}", [(0, 16, 16, 0.0)])
+    payload = tb.rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
+    src = tb.stage(bytes(off) + payload) + off
+    n_lines = 20
+    pattern = bytes([0xA5, 0x5A, 0xC3, 0x3C]) * (n_lines * LINE // 4)
+    slots = [snap_slot_addr(tb.cfg, k) for k in (0, 1)]
+    for a in slots:
+        tb.poke(a, pattern)
+    src_line = src - src % LINE
+    tb.pmem.add_fault(op="read", lo=src_line + 8 * LINE, hi=src_line + 9 * LINE, count=1,
+                      name="source line 8")
+    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 1)],
+                           "SNAPSHOT")
+    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
+    await tb.drv.wait_snapshot_idle()
+    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
+    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
+        tb.where("a failed snapshot became the MLP slot")
+    full = bytearray(pattern)                  # a complete copy's lines, header aside
+    full[LINE:LINE + len(payload)] = payload
+    for k, a in enumerate(slots):
+        got = tb.mem.read(a, n_lines * LINE)
+        for j in range(n_lines):
+            line = got[j * LINE:(j + 1) * LINE]
+            ok = {pattern[j * LINE:(j + 1) * LINE]}
+            if j:
+                ok.add(bytes(full[j * LINE:(j + 1) * LINE]))
+            assert line in ok, tb.where(
+                f"slot {k} line {j} after the failed copy is neither the pattern nor the "
+                f"copy's line: {line.hex()}")
+
+
+@cocotb.test()
+async def media_snapshot_copy_beside_failing_writes_of_other_requesters(dut):
+    """A SNAPSHOT of 64 KiB and, in the same doorbell, four LOOKUPs (no LOG) whose output
+    writes all answer SLVERR: the LOOKUPs complete with MEDIA while the background copy runs;
+    the device's port hands every write response's payload (its error flag included) to all
+    requesters and raises ``valid`` only at the owner's, so the copy sees the other
+    requesters' error responses and must ignore them. The copy completes: MLP_SLOT 1 or 2,
+    MLP_EPOCH 1, the slot's payload equals the source. Written for mutant 18 of
+    ``hw/snapshot/engine.py:240`` (``valid`` inverted in the write-error term of the copy of
+    the stop test that gates the realigner's line counter and previous line: a source line
+    popped in the cycle of another requester's error response was not counted)."""
+    from cosim.device_driver import DeviceDriver
+    from sw_model.training import snap_slot_addr
+    tb = await fresh(dut, "snapshot_beside_failing_writes", [(0, 32, 16, 0.0)])
+    payload = tb.rng.integers(0, 256, 64 * 1024, dtype=np.uint8).tobytes()
+    src = tb.stage(payload)
+    outs = [tb.out_area(2 * 64) for _ in range(4)]
+    descs = [DeviceDriver.snapshot_desc(1, src, len(payload), 1)]
+    for k, out in enumerate(outs):
+        oa, ia = staged_bags(tb, [0, 2, 3], [4, 7, 9])
+        descs.append(lookup(0, 2, oa, ia, out, log=False, tag=2 + k))
+        tb.pmem.add_fault(op="write", lo=out, hi=out + 2 * 64, name=f"LOOKUP {k} output")
+    cpls, faults = await submit(tb, descs, "SNAPSHOT, four LOOKUPs")
+    assert len(faults) == 8, tb.where(f"faults {faults}")
+    expect_status(tb, cpls[0], E.OK, "SNAPSHOT (completed before its copy)")
+    for k, c in enumerate(cpls[1:]):
+        expect_status(tb, c, E.MEDIA, f"LOOKUP {k} with its output writes failing")
+    assert await tb.drv.read("STATUS") & tb.drv.STATUS_SNAP_BUSY, \
+        tb.where("the copy ended before the LOOKUPs: the case is not reached")
+    tb.pmem.clear_faults()
+    await tb.drv.wait_snapshot_idle(timeout=50_000)   # (it ends about 450 cycles later)
+    got = await tb.drv.read("MLP_SLOT")
+    assert got in (1, 2) and await tb.drv.read64("MLP_EPOCH") == 1, tb.where(f"MLP_SLOT {got}")
+    assert tb.mem.read(snap_slot_addr(tb.cfg, got - 1) + LINE, len(payload)) == payload, \
+        tb.where("the slot's payload differs from the source")
+
+
 # ---------------------------------------------------------------------------- 9. host read
 @cocotb.test()
 async def media_host_read_poisoned(dut):
@@ -597,7 +746,7 @@ async def media_poison_survives_power_failure(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 6 + 8 + 1 + 1 + 4 + 3 + 3 + 1 + 1 + 3 + 1 + 1
+MIN_TESTS = 6 + 3 + 8 + 1 + 1 + 4 + 3 + 3 + 1 + 1 + 3 + 2 + 1 + 1 + 1
 
 
 @pytest.fixture(scope="module")

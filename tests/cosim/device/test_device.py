@@ -816,38 +816,45 @@ async def device_relog_of_row_in_flight_in_other_tracker_entries(dut, place):
 @cocotb.test()
 async def device_relog_of_a_row_left_in_way_2_by_the_previous_update(dut):
     """Row R of 8 lines (dim 128) of logged-set set 0 and row tracker set 0 (``row_set``), PMEM
-    latency 20, after a reset: a NOLOG UPDATE of two other rows of tracker set 0, then R
-    (ways 0, 1 and 2 of set 0; R's entry then counts 8 lines issued and 8 acknowledged, and
-    keeps R's row number after the UPDATE, and the engine's queue of written entries, 24 of
-    256 slots used, shows the initial entry 0, of set 0, as the next one); then in the same
-    batch a LOOKUP+LOG of 8 other rows of logged-set set 0 (R then overflows it and is
-    logged every time it is met) and an UPDATE of R in 4 bags: the logger reads R for each
-    record once no write of R is pending. Tables, log and completions equal the model.
-    Written for mutant 57 of the 314cb09 draw (``hw/update/rows.py:226``: way 2's
-    acknowledged count as the logger's query reads it, bit 5 inverted while bit 3 of way 2's
-    count in the set of the next acknowledgement is set: R's idle entry looks busy for good
-    and the second UPDATE never completes, checked: the driver's wait for its completion
-    times out; the other relog tests use rows of one line, whose count never sets bit 3)."""
+    latency 20, after a reset: a NOLOG UPDATE of two other rows of tracker set 0, R (ways 0,
+    1 and 2 of set 0; R's entry then counts 8 lines issued and 8 acknowledged and keeps R's
+    row number after the UPDATE) and 30 rows of other tracker sets: 264 line writes, so the
+    engine's queue of written entries (256 slots) ends empty with its next slot holding the
+    entry of the 9th write, one of set 0 (the queue's memory keeps what earlier tests wrote:
+    the test writes the slot itself); then in the same batch a LOOKUP+LOG of 8 other rows of
+    logged-set set 0 (R then overflows it and is logged every time it is met) and an UPDATE
+    of R in 4 bags: the logger reads R for each record once no write of R is pending.
+    Tables, log and completions equal the model. Written for mutant 57 of the 314cb09 draw
+    (``hw/update/rows.py:226``: way 2's acknowledged count as the logger's query reads it,
+    bit 5 inverted while bit 3 of way 2's count in the set of the next acknowledgement is
+    set: R's idle entry looks busy for good and the second UPDATE never completes, checked:
+    the driver's wait for its completion times out; the other relog tests use rows of one
+    line, whose count never sets bit 3)."""
     from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=20, name="relog_way2_left_over")
     cfg, rng = tb.cfg, tb.rng
     sets, lways = cfg.log_set_sets, cfg.log_set_ways
     set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
     lo = sets.bit_length() - 1
-    n_rows, dim = 1 << 24, 128
+    n_rows, dim, n_x = 1 << 24, 128, 30
 
     def tset(r):
         return row_set(r, set_bits)
     set0 = [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo) for a in range(1, sets)]
     R = int(rng.choice([r for r in set0 if tset(r) == 0]))
     fill = [int(r) for r in rng.permutation([r for r in set0 if r != R])[:lways]]
-    pre = [int(h) << set_bits | tset(int(h) << set_bits)
-           for h in rng.choice(n_rows >> set_bits, 2, replace=False)]
+    hs = rng.choice(n_rows >> set_bits, 2 + n_x, replace=False)
+    pre = [int(h) << set_bits | tset(int(h) << set_bits) for h in hs[:2]]
+    xs = [int(h) << set_bits | (1 + k) ^ tset(int(h) << set_bits) for k, h in enumerate(hs[2:])]
     assert {tset(r) for r in pre + [R]} == {0} and R not in pre, (pre, R)
-    await _sparse_table(tb, n_rows, dim, fill + pre + [R], lr=0.5)
-    await tb.run([update(0, 1, tb.stage_u32([0, 3]), tb.stage_u32(pre + [R]),
-                         tb.stage_i32(rng.integers(-2**26, 2**26, (1, dim))), batch=1, tag=1,
-                         nolog=True)], "R in way 2 of tracker set 0")
+    assert sorted(tset(r) for r in xs) == list(range(1, n_x + 1)), xs
+    await _sparse_table(tb, n_rows, dim, fill + pre + xs + [R], lr=0.5)
+    first = pre + [R] + xs
+    assert len(first) * dim * 4 // 64 == 264
+    nb = 3
+    await tb.run([update(0, nb, tb.stage_u32(np.linspace(0, len(first), nb + 1).astype(np.uint32)),
+                         tb.stage_u32(first), tb.stage_i32(rng.integers(-2**26, 2**26, (nb, dim))),
+                         batch=1, tag=1, nolog=True)], "R in way 2 of tracker set 0")
     await _lookup_log_then_update(tb, fill, [R] * 4, dim, f"relog of row {R}")
 
 

@@ -22,6 +22,7 @@ from amaranth.hdl import Module, Signal, ResetInserter
 from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from .counting import step
 from .reqport import DeviceRequestSignature, RD_CUR, LINE_BITS
 
 __all__ = ["WordReader"]
@@ -130,7 +131,7 @@ class WordReader(wiring.Component):
             m.d.sync += word.eq(word + 1)
         with m.If(issued):
             m.d.sync += next_line.eq(next_line + 1)
-        m.d.sync += in_flight.eq(in_flight + issued - got)
+        step(m, in_flight, up=issued, down=got)
 
         with m.If(self.flush):
             m.d.sync += [running.eq(0), held.eq(in_flight + issued - got)]

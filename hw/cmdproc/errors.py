@@ -1,5 +1,5 @@
 """ErrorRegisters: the command processor's error registers and error interrupt."""
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -56,5 +56,11 @@ class ErrorRegisters(wiring.Component):
                 m.d.comb += self.irq_err.eq(1)
                 m.d.sync += [self.err_code.eq(ev.code), self.err_value.eq(ev.value),
                              self.error.eq(1)]
-        m.d.sync += self.err_count.eq(self.err_count + sum(ev.valid for ev in events))
+        # the events settle late (a doorbell's ring checks): their number is registered and
+        # added a cycle later; err_count adds the registered number, so it counts every event
+        # from the next cycle on, as a plain sum would, with only registers before its adder
+        n_events, counted = Signal(range(len(events) + 1)), Signal(32)
+        m.d.sync += [n_events.eq(sum(ev.valid for ev in events)),
+                     counted.eq(counted + n_events)]
+        m.d.comb += self.err_count.eq(counted + n_events)
         return m

@@ -40,6 +40,7 @@ from amaranth.lib import data, fifo, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
+from ..counting import step
 from ..cxl.messages import host_channel_members
 from ..cxl_encodings import BISnpOpcode, DcohError, HOST_MEDIA_ID
 from ..reqport import DeviceRequestSignature, RD_OWN
@@ -179,8 +180,8 @@ class DCOH(wiring.Component):
         host_wr_inflight = Signal(range(cfg.host_writes + 1))
         host_rd_inc, host_rd_dec = Signal(), Signal()
         host_wr_inc, host_wr_dec = Signal(), Signal()
-        m.d.sync += [host_rd_inflight.eq(host_rd_inflight + host_rd_inc - host_rd_dec),
-                     host_wr_inflight.eq(host_wr_inflight + host_wr_inc - host_wr_dec)]
+        step(m, host_rd_inflight, up=host_rd_inc, down=host_rd_dec)
+        step(m, host_wr_inflight, up=host_wr_inc, down=host_wr_dec)
 
         # ================================================================ host lane
         m.submodules.host = host = HostLane(cfg)
@@ -331,9 +332,9 @@ class DCOH(wiring.Component):
         proto = h_do & ((h_err == DcohError.ILLEGAL_REQ) | (h_err == DcohError.ILLEGAL_RWD) |
                         (h_err == DcohError.BIRSP_TAG) | (h_err == DcohError.BIRSP_KIND) |
                         (h_err == DcohError.SF_MISS_OWNED))
-        m.d.sync += [self.bisnp_sent.eq(self.bisnp_sent + any_alloc),
-                     self.conflicts.eq(self.conflicts + (h_do & host.conflict)),
-                     self.proto_errors.eq(self.proto_errors + proto)]
+        step(m, self.bisnp_sent, up=any_alloc)
+        step(m, self.conflicts, up=h_do & host.conflict)
+        step(m, self.proto_errors, up=proto)
 
         # ================================================================ assertions
         # (the host lane asserts rule 5 and free-way allocation itself)

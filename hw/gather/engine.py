@@ -28,6 +28,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
+from ..counting import step
 from ..encodings import LookupErrorCode
 from ..port_mux import RequestPortMux
 from ..cmd_checks import command_checks
@@ -233,7 +234,7 @@ class GatherReduce(wiring.Component):
         wr_err = Signal()
         wr_issued = rows_port.wr_req.valid & rows_port.wr_req.ready
         wr_done = rows_port.wr_resp.valid
-        m.d.sync += wr_pending.eq(wr_pending + wr_issued - wr_done)
+        step(m, wr_pending, up=wr_issued, down=wr_done)
         with m.If(wr_done & rows_port.wr_resp.payload.err):
             m.d.sync += wr_err.eq(1)
 

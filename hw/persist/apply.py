@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from ..config import DeviceConfig, LINE_BYTES, SUPPORTED_DIMS
+from ..counting import step
 from ..crc32 import CRC32_INIT, CRC32_XOROUT, crc32_next
 from ..encodings import LOG_HDR_FIELDS
 from .fields import dim_lines, field, slot_line
@@ -133,8 +134,8 @@ class RecordApplier(wiring.Component):
         hdr_dec = Signal()
         buf_take = Signal(4)
         buf_give = Signal(4)
-        m.d.sync += [hdr_used.eq(hdr_used + hdr_inc - hdr_dec),
-                     buf_free.eq(buf_free - buf_take + buf_give)]
+        step(m, hdr_used, up=hdr_inc, down=hdr_dec)
+        m.d.sync += buf_free.eq(buf_free - buf_take + buf_give)
 
         # ---- issuer: data lines of the oldest header with room, else the next header ------
         ent_i = ring_ri.data

@@ -4,6 +4,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import LINE_BYTES
+from ..counting import step
 from ..reqport import RD_CUR, rd_req_layout, rd_resp_layout, wr_req_layout, wr_resp_layout
 
 __all__ = ["ReadRegister", "WriteRegister"]
@@ -136,5 +137,5 @@ class WriteRegister(wiring.Component):
                          data.eq(self.data), hi.eq(self.hi)]
         with m.Elif(wr.ready):
             m.d.sync += wr.valid.eq(0)
-        m.d.sync += self.outstanding.eq(self.outstanding + self.load - self.wr_resp.valid)
+        step(m, self.outstanding, up=self.load, down=self.wr_resp.valid)
         return m

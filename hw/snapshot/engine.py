@@ -42,6 +42,7 @@ from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig, LINE_BYTES
+from ..counting import step
 from ..crc32 import CRC32_INIT, CRC32_XOROUT, crc32_next
 from ..encodings import SB_FIELDS, SNAP_HDR_FIELDS, SNAP_MAGIC
 from ..reqport import RD_CUR, DeviceRequestSignature
@@ -208,7 +209,7 @@ class SnapshotEngine(wiring.Component):
                          rd_issued.eq(rd_issued + 1)]
         with m.Elif(mem.rd_req.ready):
             m.d.sync += rq_valid.eq(0)
-        m.d.sync += held.eq(held + rd_load - pop)
+        step(m, held, up=rd_load, down=pop)
         rq_free = (~rq_valid | mem.rd_req.ready) & (held != depth)
 
         # ---- write side: one registered request; ``wr_out`` = loaded, not acknowledged -------
@@ -232,7 +233,7 @@ class SnapshotEngine(wiring.Component):
                          w_pay.eq(wl_pay)]
         with m.Elif(mem.wr_req.ready):
             m.d.sync += wv.eq(0)
-        m.d.sync += wr_out.eq(wr_out + wl - mem.wr_resp.valid)
+        step(m, wr_out, up=wl, down=mem.wr_resp.valid)
         wack = mem.wr_resp.valid
 
         # ---- media errors ----------------------------------------------------------------------

@@ -5,6 +5,7 @@ from amaranth.lib import fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..config import DeviceConfig
+from ..counting import step
 from ..crc32 import CRC32_XOROUT, crc32_next
 from ..encodings import LOG_HDR_FIELDS, LOG_MAGIC, LOG_SLOT_LINES
 from ..reqport import wr_req_layout, wr_resp_layout
@@ -169,6 +170,6 @@ class RecordWriter(wiring.Component):
                 m.d.sync += ack_cnt.eq(0)
             with m.Else():
                 m.d.sync += ack_cnt.eq(ack_cnt + 1)
-        m.d.sync += self.inflight.eq(self.inflight + self.alloc - rec_done)
+        step(m, self.inflight, up=self.alloc, down=rec_done)
         m.d.comb += self.wr_err.eq(self.wr_resp.valid & self.wr_resp.payload.err)
         return m

@@ -5,6 +5,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..config import DeviceConfig
+from ..counting import step
 from ..encodings import DeviceError
 from ..gather.engine import register_slice
 from ..gather.front import BagFront
@@ -242,7 +243,7 @@ class UpdateEngine(wiring.Component):
         ens_out = Signal(range(done_depth + 1))   # ensures sent, not yet answered
         ens_sent = self.ensure.valid & self.ensure.ready
         ens_answered = self.ensure_done.valid & self.ensure_done.ready
-        m.d.sync += ens_out.eq(ens_out + ens_sent - ens_answered)
+        step(m, ens_out, up=ens_sent, down=ens_answered)
 
         # ---- grad stage -> delta ring; row stage -> row reads -> write stage ---------------
         wiring.connect(m, it_q.r_stream, grads.items)
@@ -250,7 +251,7 @@ class UpdateEngine(wiring.Component):
         wiring.connect(m, grads.out, g_q.w_stream)
         wiring.connect(m, grad_port.rd_resp, deltas.resp)
         grad_pend = Signal(range(self.delta_lines + 1))
-        m.d.sync += grad_pend.eq(grad_pend + grads.issue - deltas.written)
+        step(m, grad_pend, up=grads.issue, down=deltas.written)
         wiring.connect(m, g_q.r_stream, rows.items)
         h_slice = register_slice(m, "h_slice", rows.rd_req, row_port.rd_req)
         wiring.connect(m, rows.ctx, ctx_q.w_stream)

@@ -3,6 +3,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..counting import step
 from .layouts import ensure_layout, upd_item_layout
 
 __all__ = ["ItemFork"]
@@ -75,7 +76,7 @@ class ItemFork(wiring.Component):
                 self.out.valid.eq(self.items.valid & ok),
                 ens.valid.eq(self.items.valid & self.need_log & self.out.ready & ens_room),
             ]
-        m.d.sync += ens_cnt.eq(ens_cnt + (ens.valid & ens.ready) - self.used)
+        step(m, ens_cnt, up=ens.valid & ens.ready, down=self.used)
         with m.If(self.clear):
             m.d.sync += ens_cnt.eq(0)
         return m

@@ -3,6 +3,7 @@ from amaranth.hdl import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..counting import step
 from ..reqport import RD_OWN, rd_req_layout
 from .layouts import line_ctx_layout, upd_item_layout
 from .rows import RowTracker
@@ -155,14 +156,14 @@ class RowReader(wiring.Component):
                 with m.Else():
                     m.d.sync += k.eq(k + 1)
 
-        m.d.sync += ens_ahead.eq(ens_ahead + self.answered - (enter & self.need_log))
+        step(m, ens_ahead, up=self.answered, down=enter & self.need_log)
         # the tracker answers for last cycle's q_row: a new q_row is busy for its first cycle
         q_prev = Signal(32)
         m.d.sync += q_prev.eq(self.q_row)
         m.d.comb += [rt.q2_row.eq(self.q_row),
                      self.q_busy.eq(~self.stop & (rt.q2_hit | (self.q_row != q_prev) |
                                                   (ens_ahead != 0)))]
-        m.d.sync += self.held.eq(self.held + h_issue - self.released)
+        step(m, self.held, up=h_issue, down=self.released)
         with m.If(self.clear):
             m.d.sync += [self.stalls.eq(0), k.eq(0), ens_ahead.eq(0)]
         return m

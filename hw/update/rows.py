@@ -14,6 +14,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..counting import step
 from .row_cam import QuerySignature, RowCam
 
 __all__ = ["RowTracker", "row_set"]
@@ -219,7 +220,7 @@ class RowTracker(wiring.Component):
             with m.If(out != 0):
                 m.d.sync += [sweeping.eq(1), sweep_set.eq(0)]
         with m.Else():
-            m.d.sync += out.eq(out + Mux(upd, self.alloc_count, 0) - self.dec)
+            step(m, out, up=upd, down=self.dec, up_by=self.alloc_count)
         with m.If(sweeping & ~self.clear):
             m.d.sync += sweep_set.eq(sweep_set + 1)
             with m.If(sweep_set == S - 1):

@@ -264,7 +264,10 @@ def _is_clock_mutation(cmd: str) -> bool:
 
 def _prove(rtlil_text: str, script: list[str], seq: int, timeout: float) -> str:
     """"proven", "unproven" (``equiv_status`` found unproven matches), "timeout" or
-    "error: <Yosys' message>" (a cell, port or bit the mutation names is not there...)."""
+    "error: <Yosys' message>" (a cell, port or bit the mutation names is not there...): its
+    last ``ERROR:`` line, else the last line of its output (the WebAssembly Yosys at its
+    4 GiB heap leaves ``main`` through an exception and prints no ``ERROR:``; the trap's
+    last line says so)."""
     script = [*script, f"equiv_simple -seq {seq}", f"equiv_induct -seq {seq}",
               "equiv_status -assert"]
     try:
@@ -275,7 +278,9 @@ def _prove(rtlil_text: str, script: list[str], seq: int, timeout: float) -> str:
         if "unproven $equiv cells" in str(e):
             return "unproven"
         errors = re.findall(r"ERROR: (.*)", str(e))
-        return "error: " + (errors[-1] if errors else str(e).splitlines()[0])[:300]
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+        why = errors[-1] if errors else " ... ".join(dict.fromkeys((lines[0], lines[-1])))
+        return "error: " + why[:300]
     return "proven"
 
 

@@ -169,6 +169,25 @@ def test_clock_and_missing_cells_are_never_proven(design, scope):
         "error: Cell $flatten\\inner.$9999 not found in module gate.")
 
 
+def test_a_yosys_failure_without_an_error_line_keeps_its_last_line(monkeypatch):
+    """A Yosys exit without an ``ERROR:`` line (the WebAssembly build's trap at its heap limit)
+    is reported with its first and last lines, not with the first alone ("yosys failed (exit
+    1):", which said nothing); an ``ERROR:`` line, when there is one, is the reason."""
+    trap = ("yosys failed (exit 1):\nTraceback (most recent call last):\n"
+            "wasmtime._trap.Trap: error while executing at wasm backtrace:\n"
+            "    0: yosys.wasm!main\nCaused by:\n    thrown Wasm exception\n")
+
+    def fail(message):
+        def run(*args, **kwargs):
+            raise mu.MutantError(message)
+        return run
+    monkeypatch.setattr(mu, "_run_yosys", fail(trap))
+    assert mu._prove("", [], 4, 10) == "error: yosys failed (exit 1): ... thrown Wasm exception"
+    monkeypatch.setattr(mu, "_run_yosys", fail("yosys failed (exit 1):\nERROR: first\n"
+                                               "ERROR: Cell $9 not found\nafter\n"))
+    assert mu._prove("", [], 4, 10) == "error: Cell $9 not found"
+
+
 def test_runner_proves_survivors_module_first_and_the_whole_design_only_when_asked(
         design, monkeypatch, tmp_path):
     """``mutate.hw._prove_survivors``: the locally equivalent survivor becomes equivalent by

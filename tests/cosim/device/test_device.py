@@ -1739,7 +1739,7 @@ async def device_full_range_fields(dut):
 
 
 # ---- pytest launcher ----------------------------------------------------------------------------
-MIN_TESTS = 38     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
+MIN_TESTS = 49     # cocotb tests in tests/cosim/device/test_device.py, parametrized variants counted
 
 
 @pytest.fixture(scope="module")

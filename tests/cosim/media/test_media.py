@@ -527,6 +527,20 @@ async def media_completion_write_fails(dut):
 
 
 # ---------------------------------------------------------------------------- 8. snapshot
+async def snapshot_that_fails(tb, src, length):
+    """A SNAPSHOT of epoch 1 (``length`` bytes at ``src``) whose copy meets the one fault armed
+    in the PMEM model: the descriptor completes OK (before its copy), the copy ends with
+    ERR_CODE = MEDIA and the epoch as ERR_VALUE, and MLP_SLOT/MLP_EPOCH stay (0, 0)."""
+    from cosim.device_driver import DeviceDriver
+    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, length, 1)], "SNAPSHOT")
+    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
+    await tb.drv.wait_snapshot_idle()
+    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
+    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
+    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
+        tb.where("a failed snapshot became the MLP slot")
+
+
 @cocotb.test()
 @cocotb.parametrize(where=["source_read", "slot_write", "header_write"])
 async def media_snapshot_copy_reports(dut, where):
@@ -544,14 +558,7 @@ async def media_snapshot_copy_reports(dut, where):
             "slot_write": dict(op="write", lo=slot_a + 5 * LINE, hi=slot_a + 6 * LINE),
             "header_write": dict(op="write", lo=slot_a, hi=slot_a + LINE)}[where]
     tb.pmem.add_fault(name=where, count=1, **rule)
-    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 1)],
-                           "SNAPSHOT")
-    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
-    await tb.drv.wait_snapshot_idle()
-    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
-    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
-    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
-        tb.where("a failed snapshot became the MLP slot")
+    await snapshot_that_fails(tb, src, len(payload))
     await tb.err_clear()
     (c,), faults = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 2)],
                                 "SNAPSHOT again")
@@ -575,7 +582,6 @@ async def media_snapshot_copy_stops_writing_at_a_read_error(dut, off):
     ERR_CODE = MEDIA with the epoch, MLP_SLOT/MLP_EPOCH unchanged. Written for mutant 32 of
     ``hw/snapshot/engine.py:277`` (the copy of ``in_copy & ~stop`` that pops and emits forced
     1: after the error the lines drained are emitted with a stale previous line)."""
-    from cosim.device_driver import DeviceDriver
     from sw_model.training import snap_slot_addr
     tb = await fresh(dut, f"snapshot_stops/off{off}", [(0, 16, 16, 0.0)])
     payload = tb.rng.integers(0, 256, 1000, dtype=np.uint8).tobytes()
@@ -588,14 +594,7 @@ async def media_snapshot_copy_stops_writing_at_a_read_error(dut, off):
     src_line = src - src % LINE
     tb.pmem.add_fault(op="read", lo=src_line + 8 * LINE, hi=src_line + 9 * LINE, count=1,
                       name="source line 8")
-    (c,), _ = await submit(tb, [DeviceDriver.snapshot_desc(1, src, len(payload), 1)],
-                           "SNAPSHOT")
-    expect_status(tb, c, E.OK, "SNAPSHOT (completed before its copy)")
-    await tb.drv.wait_snapshot_idle()
-    assert len(tb.pmem.faults) == 1, tb.where(f"faults {tb.pmem.faults}")
-    assert await tb.drv.read("ERR_CODE") == E.MEDIA and await tb.drv.read64("ERR_VALUE") == 1
-    assert (await tb.drv.read("MLP_SLOT"), await tb.drv.read64("MLP_EPOCH")) == (0, 0), \
-        tb.where("a failed snapshot became the MLP slot")
+    await snapshot_that_fails(tb, src, len(payload))
     full = bytearray(pattern)                  # a complete copy's lines, header aside
     full[LINE:LINE + len(payload)] = payload
     for k, a in enumerate(slots):

@@ -33,4 +33,3 @@ def step(m, counter, *, up=0, down=0, up_by=1, domain="sync"):
         d += counter.eq(Mux(down, plus - 1, plus))
     with m.Elif(down):
         d += counter.eq(counter - 1)
-

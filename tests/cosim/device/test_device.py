@@ -690,6 +690,22 @@ async def device_relog_of_row_in_flight(dut, dim, latency):
         f"second record of row {rows[-1]} differs from the model" + tb.explain(slot3[0]))
 
 
+def _tracker_sets(cfg):
+    """(set bits, row -> set) of the device's row tracker: ``upd_rows / upd_ways`` sets,
+    ``hw.update.rows.row_set``."""
+    from hw.update.rows import row_set
+    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    return set_bits, lambda r: row_set(r, set_bits)
+
+
+def _logged_set0_rows(cfg, n_rows):
+    """Rows below ``n_rows`` of table 0 in logged-set set 0: ``r = hi << 2 lo | a << lo | a``
+    (so ``(r ^ r >> lo) & (sets - 1)`` is 0) for every ``hi`` and ``a`` = 1 .. sets - 1."""
+    lo = cfg.log_set_sets.bit_length() - 1
+    return [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo)
+            for a in range(1, cfg.log_set_sets)]
+
+
 async def _lookup_log_then_update(tb, looked, rows, dim, what):
     """The relog tests' batch: a LOOKUP+LOG of ``looked``, then an UPDATE of ``rows`` (4 bags
     each, batch 1, random gradients of ``dim``); set 0 of the logged set has overflowed and
@@ -719,15 +735,11 @@ async def device_relog_of_row_in_flight_in_a_later_way(dut, way):
     query (``q2_hit``) in ``hw/update/rows.py``: 12 (way 3's row compare with bit 21 of the
     query inverted when bit 7 is clear) and 35 (way 2's query address with bit 1 inverted
     when bit 3 is set), which let the logger read R while its first write is pending."""
-    from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=20, write_latency=300, name=f"relog_way{way}")
     cfg = tb.cfg
     sets, lways = cfg.log_set_sets, cfg.log_set_ways
-    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    _, tset = _tracker_sets(cfg)
     n_rows, dim, n_x = 1 << 20, 16, 400
-
-    def tset(r):
-        return row_set(r, set_bits)
     cands = [a * sets + a for a in range(1, sets)]      # logged-set set 0 of table 0
     rs = [r for r in cands if not r >> 7 & 1 and tset(r) >> 3 & 1
           and sum(tset(c) == tset(r) for c in cands) > way]
@@ -757,19 +769,15 @@ async def _relog_of_row_in_entry(tb, *, before, r_ok, what):
     it is met), the ``before`` rows and 400 rows of other tracker sets (at most 4 a set, so
     they take no victim), each in a logged set of its own; the UPDATE reads the 400 rows,
     the ``before`` rows twice, then R twice. Tables, log and completions equal the model."""
-    from hw.update.rows import row_set
     cfg, rng = tb.cfg, tb.rng
     sets, lways = cfg.log_set_sets, cfg.log_set_ways
-    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
+    _, tset = _tracker_sets(cfg)
     lo = sets.bit_length() - 1
     n_rows, dim, n_x = 1 << 21, 16, 400
 
-    def tset(r):
-        return row_set(r, set_bits)
-
     def lset(r):                  # logged-set set of a row of table 0
         return (r ^ r >> lo) & (sets - 1)
-    set0 = [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo) for a in range(1, sets)]
+    set0 = _logged_set0_rows(cfg, n_rows)
     R = int(rng.choice([r for r in set0 if r_ok(r)]))
     fill = [int(r) for r in rng.permutation([r for r in set0 if tset(r) != tset(R)])[:lways]]
     used, held, xs, per_set = {0}, [], [], collections.Counter()
@@ -830,17 +838,12 @@ async def device_relog_of_a_row_left_in_way_2_by_the_previous_update(dut):
     set: R's idle entry looks busy for good and the second UPDATE never completes, checked:
     the driver's wait for its completion times out; the other relog tests use rows of one
     line, whose count never sets bit 3)."""
-    from hw.update.rows import row_set
     tb = DeviceTB(dut, latency=20, name="relog_way2_left_over")
     cfg, rng = tb.cfg, tb.rng
-    sets, lways = cfg.log_set_sets, cfg.log_set_ways
-    set_bits = (cfg.upd_rows // cfg.upd_ways).bit_length() - 1
-    lo = sets.bit_length() - 1
+    lways = cfg.log_set_ways
+    set_bits, tset = _tracker_sets(cfg)
     n_rows, dim, n_x = 1 << 24, 128, 30
-
-    def tset(r):
-        return row_set(r, set_bits)
-    set0 = [hi << 2 * lo | a << lo | a for hi in range(n_rows >> 2 * lo) for a in range(1, sets)]
+    set0 = _logged_set0_rows(cfg, n_rows)
     R = int(rng.choice([r for r in set0 if tset(r) == 0]))
     fill = [int(r) for r in rng.permutation([r for r in set0 if r != R])[:lways]]
     hs = rng.choice(n_rows >> set_bits, 2 + n_x, replace=False)
